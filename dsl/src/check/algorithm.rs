@@ -1,0 +1,464 @@
+//! `algorithm KIND { ... }`: the advantage estimator and the loss.
+
+use crate::ast::{Ident, Value, ValueKind};
+use crate::diagnostics::{Diagnostic, one_of, suggest};
+use crate::spec::{
+    AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Clip, Filter, Kl, KlEstimator,
+    KlPlacement, Model, Schedule, ValueHead,
+};
+
+use super::table::Interval;
+use super::{Checker, Section};
+
+const KINDS: [(&str, AlgorithmKind); 4] = [
+    ("grpo", AlgorithmKind::Grpo),
+    ("rloo", AlgorithmKind::Rloo),
+    ("reinforce_pp", AlgorithmKind::ReinforcePp),
+    ("ppo", AlgorithmKind::Ppo),
+];
+
+const KEYS: &[&str] = &[
+    "group_size",
+    "clip",
+    "dual_clip",
+    "kl",
+    "entropy",
+    "advantage_norm",
+    "aggregation",
+    "sft",
+    "filter",
+    "gamma",
+    "lambda",
+    "epochs",
+    "grad_clip",
+];
+
+const KL_ESTIMATORS: [(&str, KlEstimator); 5] = [
+    ("k1", KlEstimator::K1),
+    ("k2", KlEstimator::K2),
+    ("k3", KlEstimator::K3),
+    ("low_var_kl", KlEstimator::K3),
+    ("abs", KlEstimator::Abs),
+];
+
+impl Checker {
+    pub(super) fn algorithm(
+        &mut self,
+        section: Section<'_>,
+        model: Option<&Model>,
+    ) -> Option<Algorithm> {
+        let kind_ident = section.name?;
+        let kind = self.algorithm_kind(kind_ident);
+        let table = self.table(section.body, "algorithm", KEYS);
+        let grouped = matches!(kind, Some(AlgorithmKind::Grpo | AlgorithmKind::Rloo));
+
+        if let (Some(AlgorithmKind::Ppo), Some(model)) = (kind, model)
+            && model.value_head == ValueHead::None
+        {
+            self.error(
+                Diagnostic::new(kind_ident.span, "PPO needs a value head", "needs a critic")
+                    .with_hint(format!(
+                        "add `value_head = shared` (or `separate`) to `model {}`",
+                        model.name
+                    )),
+            );
+        }
+
+        let group_size = match table.get("group_size") {
+            Some(v) => {
+                let size = self.size("group_size", v, 1);
+                match (size, kind) {
+                    (Some(n), Some(k)) if grouped && n < 2 => {
+                        self.out_of_range(
+                            "group_size",
+                            v.span,
+                            format!("at least 2 for {}", k.name()),
+                            Some(format!(
+                                "{} compares the trajectories of a group with each other; a group \
+                                 of {n} has nothing to compare with",
+                                k.name().to_uppercase()
+                            )),
+                        );
+                        None
+                    }
+                    _ => size,
+                }
+            }
+            None => Some(if grouped || kind.is_none() { 8 } else { 1 }),
+        };
+        let clip = match table.get("clip") {
+            Some(v) => self.clip(v),
+            None => Some(Clip {
+                low: 0.2,
+                high: 0.2,
+            }),
+        };
+        let dual_clip = match table.get("dual_clip") {
+            Some(v) if Self::is_none(v) => Some(None),
+            Some(v) => self
+                .number_in("dual_clip", v, Interval::above(1.0))
+                .map(Some),
+            None => Some(None),
+        };
+        let kl = match table.get("kl") {
+            Some(v) => self.kl(v),
+            None => Some(Kl {
+                estimator: None,
+                coef: 0.0,
+                placement: KlPlacement::Loss,
+            }),
+        };
+        let entropy = match table.get("entropy") {
+            Some(v) => self.number_in("entropy", v, Interval::at_least(0.0)),
+            None => Some(0.0),
+        };
+        let advantage_norm = match table.get("advantage_norm") {
+            Some(v) => self.choice(
+                "advantage_norm",
+                v,
+                &[
+                    ("none", AdvantageNorm::None),
+                    ("group", AdvantageNorm::Group),
+                    ("batch", AdvantageNorm::Batch),
+                    ("per_task", AdvantageNorm::PerTask),
+                ],
+            ),
+            None if kind == Some(AlgorithmKind::Grpo) => Some(AdvantageNorm::Group),
+            None => Some(AdvantageNorm::Batch),
+        };
+        let aggregation = match table.get("aggregation") {
+            Some(v) => self.choice(
+                "aggregation",
+                v,
+                &[
+                    ("token_mean", Aggregation::TokenMean),
+                    ("seq_mean_token_sum", Aggregation::SeqMeanTokenSum),
+                    ("seq_mean_token_mean", Aggregation::SeqMeanTokenMean),
+                ],
+            ),
+            None => Some(Aggregation::TokenMean),
+        };
+        let sft = match table.get("sft") {
+            Some(v) => self.schedule("sft", v),
+            None => Some(Schedule::Constant(0.0)),
+        };
+        let filter = match table.get("filter") {
+            Some(v) => self.filter(v),
+            None => Some(Filter::None),
+        };
+        let gamma = match table.get("gamma") {
+            Some(v) => self.number_in("gamma", v, Interval::new(0.0, true, 1.0, false)),
+            None => Some(1.0),
+        };
+        let lambda = match table.get("lambda") {
+            Some(v) => self.number_in("lambda", v, Interval::new(0.0, false, 1.0, false)),
+            None => Some(0.95),
+        };
+        let epochs = match table.get("epochs") {
+            Some(v) => self.size("epochs", v, 1),
+            None => Some(1),
+        };
+        let grad_clip = match table.get("grad_clip") {
+            Some(v) if Self::is_none(v) => Some(None),
+            Some(v) => self
+                .number_in("grad_clip", v, Interval::above(0.0))
+                .map(Some),
+            None => Some(Some(1.0)),
+        };
+        Some(Algorithm {
+            kind: kind?,
+            group_size: group_size?,
+            clip: clip?,
+            dual_clip: dual_clip?,
+            kl: kl?,
+            entropy: entropy?,
+            advantage_norm: advantage_norm?,
+            aggregation: aggregation?,
+            sft: sft?,
+            filter: filter?,
+            gamma: gamma?,
+            lambda: lambda?,
+            epochs: epochs?,
+            grad_clip: grad_clip?,
+        })
+    }
+
+    fn algorithm_kind(&mut self, ident: &Ident) -> Option<AlgorithmKind> {
+        if let Some((_, kind)) = KINDS.iter().find(|(n, _)| *n == ident.name) {
+            return Some(*kind);
+        }
+        let names: Vec<&str> = KINDS.iter().map(|(n, _)| *n).collect();
+        let hint = suggest(&ident.name, names.iter().copied())
+            .unwrap_or_else(|| format!("the algorithms are {}", one_of(&names)));
+        self.error(
+            Diagnostic::new(
+                ident.span,
+                format!("unknown algorithm `{}`", ident.name),
+                "unknown algorithm",
+            )
+            .with_hint(hint),
+        );
+        None
+    }
+
+    /// `clip = e` or `clip = low .. high`, both in (0, 1), low <= high.
+    fn clip(&mut self, value: &Value) -> Option<Clip> {
+        let open_unit = Interval::new(0.0, true, 1.0, true);
+        let (low, high) = match &value.kind {
+            ValueKind::Range(lo, hi) => (
+                self.number_in("clip", lo, open_unit),
+                self.number_in("clip", hi, open_unit),
+            ),
+            _ => {
+                let e = self.number_in("clip", value, open_unit);
+                (e, e)
+            }
+        };
+        let (low, high) = (low?, high?);
+        if low > high {
+            self.error(
+                Diagnostic::new(
+                    value.span,
+                    format!("`clip` low ({low}) is above high ({high})"),
+                    "low bound first",
+                )
+                .with_hint(format!(
+                    "ratios are kept in [1 - low, 1 + high]; write `clip = {high} .. {low}`"
+                )),
+            );
+            return None;
+        }
+        Some(Clip { low, high })
+    }
+
+    /// `kl = none | k1(c) | k2(c) | k3(c) | low_var_kl(c) | abs(c)`, optional `as = reward`.
+    fn kl(&mut self, value: &Value) -> Option<Kl> {
+        let names: Vec<&str> = KL_ESTIMATORS.iter().map(|(n, _)| *n).collect();
+        match &value.kind {
+            ValueKind::Ident(n) if n == "none" => Some(Kl {
+                estimator: None,
+                coef: 0.0,
+                placement: KlPlacement::Loss,
+            }),
+            ValueKind::Ident(n) if names.contains(&n.as_str()) => {
+                self.error(
+                    Diagnostic::new(
+                        value.span,
+                        format!("`{n}` needs a coefficient"),
+                        "no coefficient",
+                    )
+                    .with_hint(format!("write `kl = {n}(0.001)`")),
+                );
+                None
+            }
+            ValueKind::Call { name, args } => {
+                let Some((_, estimator)) = KL_ESTIMATORS.iter().find(|(n, _)| *n == name.name)
+                else {
+                    let hint = suggest(&name.name, names.iter().copied()).unwrap_or_else(|| {
+                        format!("the estimators are {}, or `none`", one_of(&names))
+                    });
+                    self.error(
+                        Diagnostic::new(
+                            name.span,
+                            format!("unknown KL estimator `{}`", name.name),
+                            "unknown estimator",
+                        )
+                        .with_hint(hint),
+                    );
+                    return None;
+                };
+                let args = self.args(name, args, 1, &["as"])?;
+                let coef = match args.positional.first() {
+                    Some(v) => self.number_in("kl", v, Interval::at_least(0.0)),
+                    None => {
+                        self.error(
+                            Diagnostic::new(
+                                value.span,
+                                format!("`{}` needs a coefficient", name.name),
+                                "no coefficient",
+                            )
+                            .with_hint(format!("write `kl = {}(0.001)`", name.name)),
+                        );
+                        None
+                    }
+                };
+                let placement = match args.named("as") {
+                    Some(v) => self.choice(
+                        "as",
+                        v,
+                        &[("loss", KlPlacement::Loss), ("reward", KlPlacement::Reward)],
+                    ),
+                    None => Some(KlPlacement::Loss),
+                };
+                Some(Kl {
+                    estimator: Some(*estimator),
+                    coef: coef?,
+                    placement: placement?,
+                })
+            }
+            _ => {
+                self.wrong_type(
+                    "kl",
+                    value,
+                    "`none` or an estimator such as `low_var_kl(0.001)`",
+                );
+                None
+            }
+        }
+    }
+
+    /// `filter = none | reward_std(keep = f)`.
+    fn filter(&mut self, value: &Value) -> Option<Filter> {
+        match &value.kind {
+            ValueKind::Ident(n) if n == "none" => Some(Filter::None),
+            ValueKind::Call { name, args } if name.name == "reward_std" => {
+                let args = self.args(name, args, 1, &["keep"])?;
+                let keep = match (args.positional.first().copied(), args.named("keep")) {
+                    (Some(v), None) | (None, Some(v)) => v,
+                    (Some(_), Some(v)) => {
+                        self.error(Diagnostic::new(
+                            v.span,
+                            "`keep` is given twice",
+                            "given again here",
+                        ));
+                        return None;
+                    }
+                    (None, None) => {
+                        self.error(
+                            Diagnostic::new(value.span, "`reward_std` needs `keep`", "no `keep`")
+                                .with_hint("write `filter = reward_std(keep = 0.75)`"),
+                        );
+                        return None;
+                    }
+                };
+                let keep = self.number_in("keep", keep, Interval::new(0.0, true, 1.0, false))?;
+                Some(Filter::RewardStd { keep })
+            }
+            ValueKind::Call { name, .. } => {
+                let hint = suggest(&name.name, ["reward_std"])
+                    .unwrap_or_else(|| "the filters are `none` and `reward_std(keep = f)`".into());
+                self.error(
+                    Diagnostic::new(
+                        name.span,
+                        format!("unknown filter `{}`", name.name),
+                        "unknown filter",
+                    )
+                    .with_hint(hint),
+                );
+                None
+            }
+            _ => {
+                self.wrong_type("filter", value, "`none` or `reward_std(keep = f)`");
+                None
+            }
+        }
+    }
+
+    /// A number, `constant(a)`, `linear(a -> b, over = n)`, `cosine(a -> b, over = n)` or
+    /// `step(a -> b, at = n)`; every value at least 0.
+    pub(super) fn schedule(&mut self, key: &str, value: &Value) -> Option<Schedule> {
+        let weight = Interval::at_least(0.0);
+        let ValueKind::Call { name, args } = &value.kind else {
+            if matches!(value.kind, ValueKind::Int(_) | ValueKind::Float(_)) {
+                return self.number_in(key, value, weight).map(Schedule::Constant);
+            }
+            self.wrong_type(
+                key,
+                value,
+                "a number or a schedule (`constant`, `linear`, `cosine`, `step`)",
+            );
+            return None;
+        };
+        let shapes = ["constant", "linear", "cosine", "step"];
+        let ramp_key = match name.name.as_str() {
+            "constant" => {
+                let args = self.args(name, args, 1, &[])?;
+                let Some(v) = args.positional.first() else {
+                    self.error(
+                        Diagnostic::new(value.span, "`constant` needs a value", "no value")
+                            .with_hint(format!(
+                                "write `{key} = constant(0.5)` or just `{key} = 0.5`"
+                            )),
+                    );
+                    return None;
+                };
+                return self.number_in(key, v, weight).map(Schedule::Constant);
+            }
+            "linear" | "cosine" => "over",
+            "step" => "at",
+            other => {
+                let hint = suggest(other, shapes).unwrap_or_else(|| {
+                    format!("a schedule is a number or one of {}", one_of(&shapes))
+                });
+                self.error(
+                    Diagnostic::new(
+                        name.span,
+                        format!("unknown schedule `{other}`"),
+                        "unknown schedule",
+                    )
+                    .with_hint(hint),
+                );
+                return None;
+            }
+        };
+        let example = format!("{}(0.5 -> 0.0, {ramp_key} = 200)", name.name);
+        let args = self.args(name, args, 1, &[ramp_key])?;
+        let ends = match args.positional.first().map(|v| (v, &v.kind)) {
+            Some((_, ValueKind::Arrow(a, b))) => {
+                let from = self.number_in(key, a, weight);
+                let to = self.number_in(key, b, weight);
+                from.zip(to)
+            }
+            Some((v, _)) => {
+                self.wrong_type(key, v, "`from -> to`");
+                if let Some(last) = self.errors.last_mut() {
+                    last.hint = Some(format!("write `{key} = {example}`"));
+                }
+                None
+            }
+            None => {
+                self.error(
+                    Diagnostic::new(
+                        value.span,
+                        format!("`{}` needs `from -> to`", name.name),
+                        "no values",
+                    )
+                    .with_hint(format!("write `{key} = {example}`")),
+                );
+                None
+            }
+        };
+        let steps = match args.named(ramp_key) {
+            Some(v) => self.uint(ramp_key, v, u64::from(ramp_key == "over")),
+            None => {
+                self.error(
+                    Diagnostic::new(
+                        value.span,
+                        format!("`{}` needs `{ramp_key} = STEPS`", name.name),
+                        format!("no `{ramp_key}`"),
+                    )
+                    .with_hint(format!("write `{key} = {example}`")),
+                );
+                None
+            }
+        };
+        let ((from, to), steps) = (ends?, steps?);
+        Some(match name.name.as_str() {
+            "linear" => Schedule::Linear {
+                from,
+                to,
+                over: steps,
+            },
+            "cosine" => Schedule::Cosine {
+                from,
+                to,
+                over: steps,
+            },
+            _ => Schedule::Step {
+                from,
+                to,
+                at: steps,
+            },
+        })
+    }
+}

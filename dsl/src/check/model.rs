@@ -1,0 +1,195 @@
+//! `model NAME { arch = ..., value_head = ... }`.
+
+use crate::ast::{Block, Value, ValueKind};
+use crate::diagnostics::{Diagnostic, one_of, suggest};
+use crate::spec::{Arch, Model, TransformerArch, ValueHead};
+
+use super::{Checker, Section};
+
+const ARCHS: &[&str] = &["transformer", "qwen2", "llama"];
+
+impl Checker {
+    pub(super) fn model(&mut self, section: Section<'_>) -> Option<Model> {
+        let name = section.name?.name.clone();
+        let table = self.table(section.body, "model", &["arch", "value_head"]);
+        let arch = match table.get("arch") {
+            Some(value) => self.arch(value),
+            None => Some(Arch::Transformer(transformer_defaults())),
+        };
+        let value_head = match table.get("value_head") {
+            Some(value) => self.choice(
+                "value_head",
+                value,
+                &[
+                    ("none", ValueHead::None),
+                    ("shared", ValueHead::Shared),
+                    ("separate", ValueHead::Separate),
+                ],
+            ),
+            None => Some(ValueHead::None),
+        };
+        Some(Model {
+            name,
+            arch: arch?,
+            value_head: value_head?,
+        })
+    }
+
+    /// `transformer`, `transformer { ... }`, `qwen2 { weights = "..." }`, `llama { ... }`.
+    fn arch(&mut self, value: &Value) -> Option<Arch> {
+        let empty = Block {
+            items: Vec::new(),
+            span: value.span,
+        };
+        let (head, body) = match &value.kind {
+            ValueKind::Ident(_) => (value, &empty),
+            ValueKind::Ctor { head, body } => (head.as_ref(), body),
+            _ => {
+                self.wrong_type(
+                    "arch",
+                    value,
+                    &format!("an architecture ({})", one_of(ARCHS)),
+                );
+                return None;
+            }
+        };
+        let ValueKind::Ident(kind) = &head.kind else {
+            self.wrong_type(
+                "arch",
+                head,
+                &format!("an architecture ({})", one_of(ARCHS)),
+            );
+            return None;
+        };
+        match kind.as_str() {
+            "transformer" => self.transformer(body),
+            "qwen2" | "llama" => {
+                let table = self.table(body, kind, &["weights"]);
+                let weights = match table.get("weights") {
+                    Some(v) => match &v.kind {
+                        ValueKind::Str(s) if !s.is_empty() => Some(s.clone()),
+                        ValueKind::Str(_) => {
+                            self.error(Diagnostic::new(
+                                v.span,
+                                "`weights` is empty",
+                                "expected a directory",
+                            ));
+                            None
+                        }
+                        _ => {
+                            self.wrong_type("weights", v, "a string");
+                            None
+                        }
+                    },
+                    None => {
+                        self.error(
+                            Diagnostic::new(
+                                head.span,
+                                format!("`{kind}` needs `weights`"),
+                                "no checkpoint directory",
+                            )
+                            .with_hint(format!(
+                                "write `arch = {kind} {{ weights = \"models/...\" }}`, a directory \
+                                 with config.json, tokenizer.json and safetensors"
+                            )),
+                        );
+                        None
+                    }
+                }?;
+                Some(if kind == "qwen2" {
+                    Arch::Qwen2 { weights }
+                } else {
+                    Arch::Llama { weights }
+                })
+            }
+            other => {
+                let hint = suggest(other, ARCHS.iter().copied())
+                    .unwrap_or_else(|| format!("the architectures are {}", one_of(ARCHS)));
+                self.error(
+                    Diagnostic::new(
+                        head.span,
+                        format!("unknown architecture `{other}`"),
+                        "unknown architecture",
+                    )
+                    .with_hint(hint),
+                );
+                None
+            }
+        }
+    }
+
+    fn transformer(&mut self, body: &Block) -> Option<Arch> {
+        let keys = ["layers", "d_model", "heads", "kv_heads", "ffn", "context"];
+        let table = self.table(body, "transformer", &keys);
+        let defaults = transformer_defaults();
+        let size =
+            |checker: &mut Checker, key: &str, min: usize, default: usize| match table.get(key) {
+                Some(v) => checker.size(key, v, min),
+                None => Some(default),
+            };
+        let layers = size(self, "layers", 1, defaults.layers);
+        let d_model = size(self, "d_model", 8, defaults.d_model);
+        let heads = size(self, "heads", 1, defaults.heads);
+        let kv_heads = match table.get("kv_heads") {
+            Some(v) => self.size("kv_heads", v, 1),
+            None => heads,
+        };
+        let ffn = match table.get("ffn") {
+            Some(v) => self.size("ffn", v, 1),
+            None => d_model.map(|d| d.saturating_mul(4)),
+        };
+        let context = size(self, "context", 16, defaults.context);
+        if let (Some(d), Some(h)) = (d_model, heads)
+            && d % h != 0
+        {
+            let span = table.get("d_model").or(table.get("heads")).map(|v| v.span);
+            let nearest = (d / h).max(1) * h;
+            self.error(
+                Diagnostic::new(
+                    span.unwrap_or(body.span),
+                    format!("`d_model` ({d}) must be a multiple of `heads` ({h})"),
+                    "not a multiple of `heads`",
+                )
+                .with_hint(format!(
+                    "each head gets `d_model / heads` dimensions; try `d_model = {nearest}`"
+                )),
+            );
+        }
+        if let (Some(h), Some(kv)) = (heads, kv_heads)
+            && h % kv != 0
+        {
+            let span = table.get("kv_heads").or(table.get("heads")).map(|v| v.span);
+            self.error(
+                Diagnostic::new(
+                    span.unwrap_or(body.span),
+                    format!("`heads` ({h}) must be a multiple of `kv_heads` ({kv})"),
+                    "does not divide `heads`",
+                )
+                .with_hint(
+                    "grouped-query attention shares each key/value head among `heads / kv_heads` \
+                     query heads",
+                ),
+            );
+        }
+        Some(Arch::Transformer(TransformerArch {
+            layers: layers?,
+            d_model: d_model?,
+            heads: heads?,
+            kv_heads: kv_heads?,
+            ffn: ffn?,
+            context: context?,
+        }))
+    }
+}
+
+/// The transformer a bare `transformer` (or a model without `arch`) gets.
+fn transformer_defaults() -> TransformerArch {
+    TransformerArch {
+        layers: 2,
+        d_model: 128,
+        heads: 4,
+        kv_heads: 4,
+        ffn: 512,
+        context: 512,
+    }
+}

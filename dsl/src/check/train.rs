@@ -1,0 +1,304 @@
+//! `train { ... }` and `eval { ... }`.
+
+use crate::ast::{Block, Value, ValueKind};
+use crate::diagnostics::{Diagnostic, one_of, suggest};
+use crate::spec::{Eval, Optimizer, Split, Train, Warmup};
+
+use super::table::Interval;
+use super::{Checker, Section};
+
+const OPTIMIZERS: &[&str] = &["adamw", "adam", "sgd"];
+
+impl Checker {
+    pub(super) fn train(
+        &mut self,
+        section: Section<'_>,
+        group_size: Option<usize>,
+    ) -> Option<Train> {
+        let keys = [
+            "steps",
+            "batch",
+            "lr",
+            "optimizer",
+            "temperature",
+            "top_p",
+            "max_new_tokens",
+            "warmup",
+            "checkpoint_every",
+        ];
+        let table = self.table(section.body, "train", &keys);
+        let steps = match table.get("steps") {
+            Some(v) => self.uint("steps", v, 1),
+            None => {
+                self.error(
+                    Diagnostic::new(
+                        section.keyword.span,
+                        "missing `steps` in `train`",
+                        "no `steps`",
+                    )
+                    .with_hint("add the number of RL steps, e.g. `steps = 500`"),
+                );
+                None
+            }
+        };
+        let batch = match table.get("batch") {
+            Some(v) => self.size("batch", v, 1),
+            None => Some(32),
+        };
+        if let (Some(b), Some(g)) = (batch, group_size)
+            && g > 0
+            && b % g != 0
+        {
+            let up = b.div_ceil(g) * g;
+            let down = (b / g) * g;
+            let nearest = if down >= g && b - down <= up - b {
+                down
+            } else {
+                up
+            };
+            let span = table.get("batch").map_or(section.keyword.span, |v| v.span);
+            self.error(
+                Diagnostic::new(
+                    span,
+                    format!("`batch` ({b}) must be a multiple of `group_size` ({g})"),
+                    "not a multiple of `group_size`",
+                )
+                .with_hint(format!(
+                    "a batch holds whole groups; try `batch = {nearest}`"
+                )),
+            );
+        }
+        let lr = match table.get("lr") {
+            Some(v) => self.number_in("lr", v, Interval::above(0.0)),
+            None => Some(3e-4),
+        };
+        let optimizer = match table.get("optimizer") {
+            Some(v) => self.optimizer(v),
+            None => Some(Optimizer::AdamW {
+                weight_decay: 0.01,
+                beta1: 0.9,
+                beta2: 0.999,
+            }),
+        };
+        let temperature = match table.get("temperature") {
+            Some(v) => self.number_in("temperature", v, Interval::above(0.0)),
+            None => Some(1.0),
+        };
+        let top_p = match table.get("top_p") {
+            Some(v) => self.number_in("top_p", v, Interval::new(0.0, true, 1.0, false)),
+            None => Some(1.0),
+        };
+        let max_new_tokens = match table.get("max_new_tokens") {
+            Some(v) => self.size("max_new_tokens", v, 1),
+            None => Some(64),
+        };
+        let warmup = match table.get("warmup") {
+            Some(v) if Self::is_none(v) => Some(None),
+            Some(v) => self.warmup(v, lr).map(Some),
+            None => Some(None),
+        };
+        let checkpoint_every = match table.get("checkpoint_every") {
+            Some(v) if Self::is_none(v) => Some(None),
+            Some(v) => self.uint("checkpoint_every", v, 1).map(Some),
+            None => Some(None),
+        };
+        Some(Train {
+            steps: steps?,
+            batch: batch?,
+            lr: lr?,
+            optimizer: optimizer?,
+            temperature: temperature?,
+            top_p: top_p?,
+            max_new_tokens: max_new_tokens?,
+            warmup: warmup?,
+            checkpoint_every: checkpoint_every?,
+        })
+    }
+
+    /// `adamw`, `adamw { weight_decay, beta1, beta2 }`, `adam { beta1, beta2 }`,
+    /// `sgd { momentum }`.
+    fn optimizer(&mut self, value: &Value) -> Option<Optimizer> {
+        let empty = Block {
+            items: Vec::new(),
+            span: value.span,
+        };
+        let (head, body) = match &value.kind {
+            ValueKind::Ident(_) => (value, &empty),
+            ValueKind::Ctor { head, body } => (head.as_ref(), body),
+            _ => {
+                self.wrong_type(
+                    "optimizer",
+                    value,
+                    &format!("an optimizer ({})", one_of(OPTIMIZERS)),
+                );
+                return None;
+            }
+        };
+        let ValueKind::Ident(kind) = &head.kind else {
+            self.wrong_type(
+                "optimizer",
+                head,
+                &format!("an optimizer ({})", one_of(OPTIMIZERS)),
+            );
+            return None;
+        };
+        let unit = Interval::new(0.0, false, 1.0, true);
+        match kind.as_str() {
+            "adamw" | "adam" => {
+                let keys: &[&str] = if kind == "adamw" {
+                    &["weight_decay", "beta1", "beta2"]
+                } else {
+                    &["beta1", "beta2"]
+                };
+                let table = self.table(body, kind, keys);
+                let weight_decay = match table.get("weight_decay") {
+                    Some(v) => self.number_in("weight_decay", v, Interval::at_least(0.0)),
+                    None => Some(0.01),
+                };
+                let beta1 = match table.get("beta1") {
+                    Some(v) => self.number_in("beta1", v, unit),
+                    None => Some(0.9),
+                };
+                let beta2 = match table.get("beta2") {
+                    Some(v) => self.number_in("beta2", v, unit),
+                    None => Some(0.999),
+                };
+                let (beta1, beta2) = (beta1?, beta2?);
+                Some(if kind == "adamw" {
+                    Optimizer::AdamW {
+                        weight_decay: weight_decay?,
+                        beta1,
+                        beta2,
+                    }
+                } else {
+                    Optimizer::Adam { beta1, beta2 }
+                })
+            }
+            "sgd" => {
+                let table = self.table(body, "sgd", &["momentum"]);
+                let momentum = match table.get("momentum") {
+                    Some(v) => self.number_in("momentum", v, unit),
+                    None => Some(0.0),
+                };
+                Some(Optimizer::Sgd {
+                    momentum: momentum?,
+                })
+            }
+            other => {
+                let hint = suggest(other, OPTIMIZERS.iter().copied())
+                    .unwrap_or_else(|| format!("the optimizers are {}", one_of(OPTIMIZERS)));
+                self.error(
+                    Diagnostic::new(
+                        head.span,
+                        format!("unknown optimizer `{other}`"),
+                        "unknown optimizer",
+                    )
+                    .with_hint(hint),
+                );
+                None
+            }
+        }
+    }
+
+    /// `warmup = sft { steps = n, lr, demonstrations, batch }`.
+    fn warmup(&mut self, value: &Value, train_lr: Option<f64>) -> Option<Warmup> {
+        let empty = Block {
+            items: Vec::new(),
+            span: value.span,
+        };
+        let (head, body) = match &value.kind {
+            ValueKind::Ident(_) => (value, &empty),
+            ValueKind::Ctor { head, body } => (head.as_ref(), body),
+            _ => {
+                self.wrong_type("warmup", value, "`none` or `sft { steps = ... }`");
+                return None;
+            }
+        };
+        match &head.kind {
+            ValueKind::Ident(n) if n == "sft" => {}
+            ValueKind::Ident(n) => {
+                self.error(
+                    Diagnostic::new(
+                        head.span,
+                        format!("unknown warm-up `{n}`"),
+                        "unknown warm-up",
+                    )
+                    .with_hint_opt(
+                        suggest(n, ["sft", "none"]).or_else(|| {
+                            Some("the warm-up is `sft { steps = ... }` or `none`".into())
+                        }),
+                    ),
+                );
+                return None;
+            }
+            _ => {
+                self.wrong_type("warmup", head, "`none` or `sft { steps = ... }`");
+                return None;
+            }
+        }
+        let table = self.table(body, "sft", &["steps", "lr", "demonstrations", "batch"]);
+        let steps = match table.get("steps") {
+            Some(v) => self.uint("steps", v, 1),
+            None => {
+                self.error(
+                    Diagnostic::new(head.span, "`sft` warm-up needs `steps`", "no `steps`")
+                        .with_hint("write `warmup = sft { steps = 100 }`"),
+                );
+                None
+            }
+        };
+        let lr = match table.get("lr") {
+            Some(v) => self.number_in("lr", v, Interval::above(0.0)),
+            None => train_lr,
+        };
+        let demonstrations = match table.get("demonstrations") {
+            Some(v) => self.size("demonstrations", v, 1),
+            None => Some(256),
+        };
+        let batch = match table.get("batch") {
+            Some(v) => self.size("batch", v, 1),
+            None => Some(16),
+        };
+        Some(Warmup {
+            steps: steps?,
+            lr: lr?,
+            demonstrations: demonstrations?,
+            batch: batch?,
+        })
+    }
+
+    pub(super) fn eval(&mut self, section: Section<'_>) -> Option<Eval> {
+        let table = self.table(
+            section.body,
+            "eval",
+            &["every", "split", "episodes", "greedy"],
+        );
+        let every = match table.get("every") {
+            Some(v) if Self::is_none(v) => Some(None),
+            Some(v) => self.uint("every", v, 1).map(Some),
+            None => Some(None),
+        };
+        let split = match table.get("split") {
+            Some(v) => self.choice(
+                "split",
+                v,
+                &[("train", Split::Train), ("test", Split::Test)],
+            ),
+            None => Some(Split::Test),
+        };
+        let episodes = match table.get("episodes") {
+            Some(v) => self.size("episodes", v, 1),
+            None => Some(64),
+        };
+        let greedy = match table.get("greedy") {
+            Some(v) => self.boolean("greedy", v),
+            None => Some(true),
+        };
+        Some(Eval {
+            every: every?,
+            split: split?,
+            episodes: episodes?,
+            greedy: greedy?,
+        })
+    }
+}

@@ -1,0 +1,544 @@
+//! The checked experiment: plain data, produced by the checker and consumed by the runtime.
+//!
+//! Every value here has already passed the checker, so the runtime may rely on the invariants
+//! written on each field (ranges, cross-field rules) without checking them again. Defaults are
+//! the ones a file gets when it leaves a key out; they are documented in the book's language
+//! reference and must stay in sync with it.
+
+use serde::{Deserialize, Serialize};
+
+/// One experiment: everything a run needs, resolved and validated.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Experiment {
+    /// The identifier after `experiment`; also the run directory's name.
+    pub name: String,
+    /// The root of all randomness in a run.
+    pub seed: u64,
+    /// Where tensors live; a command-line `--device` overrides it.
+    pub device: Device,
+    /// The policy.
+    pub model: Model,
+    /// The tasks, in file order; at least one, names unique.
+    pub tasks: Vec<Task>,
+    /// Stages over training steps; empty means one stage with every task at its own settings.
+    pub curriculum: Vec<Stage>,
+    /// The RL algorithm and its loss.
+    pub algorithm: Algorithm,
+    /// The rollout engine pool.
+    pub pool: Pool,
+    /// The training loop.
+    pub train: Train,
+    /// Periodic evaluation on held-out instances.
+    pub eval: Eval,
+    /// Seeds and ablations that expand into several runs; `None` for a single run.
+    pub sweep: Option<Sweep>,
+}
+
+/// Where tensors live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Device {
+    /// CUDA if compiled in, else wgpu if compiled in, else flex.
+    Auto,
+    /// burn's CPU backend.
+    Flex,
+    /// wgpu (any adapter; the CPU adapter under lavapipe).
+    Wgpu,
+    /// wgpu restricted to Vulkan.
+    Vulkan,
+    /// CUDA.
+    Cuda,
+}
+
+/// The policy model block: `model NAME { ... }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    /// The identifier after `model`.
+    pub name: String,
+    /// The network.
+    pub arch: Arch,
+    /// Whether and how the policy has a value head (PPO needs one).
+    pub value_head: ValueHead,
+}
+
+/// The network of a policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arch {
+    /// A decoder-only transformer trained from scratch.
+    Transformer(TransformerArch),
+    /// A Hugging Face Qwen2 checkpoint directory.
+    Qwen2 {
+        /// Directory holding `config.json`, `tokenizer.json` and safetensors.
+        weights: String,
+    },
+    /// A Hugging Face Llama checkpoint directory.
+    Llama {
+        /// Directory holding `config.json`, `tokenizer.json` and safetensors.
+        weights: String,
+    },
+}
+
+/// `arch = transformer { ... }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TransformerArch {
+    /// Decoder blocks, >= 1. Default 2.
+    pub layers: usize,
+    /// Residual width, >= 8 and a multiple of `heads`. Default 128.
+    pub d_model: usize,
+    /// Attention heads, >= 1. Default 4.
+    pub heads: usize,
+    /// Key/value heads for grouped-query attention; divides `heads`. Default `heads`.
+    pub kv_heads: usize,
+    /// Feed-forward width. Default `4 * d_model`.
+    pub ffn: usize,
+    /// Maximum tokens in one trajectory, >= 16. Default 512.
+    pub context: usize,
+}
+
+/// `value_head = none | shared | separate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueHead {
+    /// No critic (GRPO, RLOO, REINFORCE++). The default.
+    None,
+    /// A value head on the policy's trunk.
+    Shared,
+    /// A separate critic network of the same architecture.
+    Separate,
+}
+
+/// `task NAME { env = ..., ... }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// The identifier after `task`; unique in the file.
+    pub name: String,
+    /// Which environment serves the task.
+    pub env: EnvRef,
+    /// Sampling weight, > 0. Default 1.
+    pub weight: f64,
+    /// Turn limit of an episode, >= 1. Default: the environment's own (OS 8, DB 15, KG 15,
+    /// ALFWorld 20, WebShop 20; 20 for a user's type).
+    pub max_turns: u32,
+    /// Inclusive difficulty levels to draw instances from, within 1..=3. Default `1 .. 3`.
+    pub difficulty: Difficulty,
+}
+
+/// An inclusive range of difficulty levels, `1 <= min <= max <= 3`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Difficulty {
+    /// Lowest level drawn.
+    pub min: u8,
+    /// Highest level drawn.
+    pub max: u8,
+}
+
+/// The environment of a task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvRef {
+    /// One of Agentry's own tasks.
+    Builtin(BuiltinEnv),
+    /// A user's Rust type, by path (`crate::envs::Maze`); rustc checks that it exists and
+    /// implements the environment contract.
+    Path(String),
+}
+
+/// The built-in tasks (DESIGN §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuiltinEnv {
+    /// Household text world.
+    Alfworld,
+    /// SQL over SQLite.
+    Db,
+    /// Knowledge-graph question answering.
+    Kg,
+    /// Sandboxed shell.
+    Os,
+    /// Web shopping.
+    Webshop,
+}
+
+impl BuiltinEnv {
+    /// Every built-in, in the order the book lists them.
+    pub const ALL: [BuiltinEnv; 5] = [
+        BuiltinEnv::Alfworld,
+        BuiltinEnv::Db,
+        BuiltinEnv::Kg,
+        BuiltinEnv::Os,
+        BuiltinEnv::Webshop,
+    ];
+
+    /// The identifier used in `.arl` files.
+    pub fn name(self) -> &'static str {
+        match self {
+            BuiltinEnv::Alfworld => "alfworld",
+            BuiltinEnv::Db => "db",
+            BuiltinEnv::Kg => "kg",
+            BuiltinEnv::Os => "os",
+            BuiltinEnv::Webshop => "webshop",
+        }
+    }
+
+    /// The turn limit AgentBench-FC uses for this task.
+    pub fn default_max_turns(self) -> u32 {
+        match self {
+            BuiltinEnv::Os => 8,
+            BuiltinEnv::Db | BuiltinEnv::Kg => 15,
+            BuiltinEnv::Alfworld | BuiltinEnv::Webshop => 20,
+        }
+    }
+}
+
+/// `stage NAME { ... }` inside `curriculum`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    /// The identifier after `stage`; unique in the curriculum.
+    pub name: String,
+    /// The stage covers steps `[previous until, until)`; `None` only for the last stage,
+    /// which runs to the end. Strictly increasing across stages.
+    pub until: Option<u64>,
+    /// Turn budget of every episode in the stage; `None` keeps each task's `max_turns`.
+    pub max_turns: Option<u32>,
+    /// Tasks sampled in the stage (declared names); empty means every task.
+    pub tasks: Vec<String>,
+    /// Difficulty override for every task in the stage.
+    pub difficulty: Option<Difficulty>,
+}
+
+/// `algorithm KIND { ... }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Algorithm {
+    /// The advantage estimator.
+    pub kind: AlgorithmKind,
+    /// Trajectories per prompt; >= 2 for GRPO and RLOO. Default 8 (1 for PPO, REINFORCE++).
+    pub group_size: usize,
+    /// PPO ratio clip `[1 - low, 1 + high]`; `clip = 0.2` sets both. Default 0.2 .. 0.2.
+    pub clip: Clip,
+    /// Dual clip constant c > 1 for negative advantages; `None` disables it.
+    pub dual_clip: Option<f64>,
+    /// KL to the frozen reference policy.
+    pub kl: Kl,
+    /// Entropy bonus coefficient, >= 0. Default 0.
+    pub entropy: f64,
+    /// How advantages are normalized. Default `group` for GRPO, `batch` otherwise.
+    pub advantage_norm: AdvantageNorm,
+    /// How token losses are reduced. Default `token_mean`.
+    pub aggregation: Aggregation,
+    /// The weight α of the SFT term in RL + α·SFT. Default constant 0.
+    pub sft: Schedule,
+    /// Trajectory filtering before the update. Default none.
+    pub filter: Filter,
+    /// Discount across turns, in (0, 1]. Default 1.
+    pub gamma: f64,
+    /// GAE λ (PPO), in [0, 1]. Default 0.95.
+    pub lambda: f64,
+    /// Optimizer passes over each batch, >= 1. Default 1.
+    pub epochs: usize,
+    /// Global gradient-norm clip, > 0; `None` disables it. Default 1.0.
+    pub grad_clip: Option<f64>,
+}
+
+/// The advantage estimators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmKind {
+    /// Group-relative: `(r - mean_g) / (std_g + 1e-6)`.
+    Grpo,
+    /// Leave-one-out baseline within the group.
+    Rloo,
+    /// Batch-whitened discounted returns.
+    ReinforcePp,
+    /// Clipped policy gradient with a critic and GAE.
+    Ppo,
+}
+
+impl AlgorithmKind {
+    /// The identifier used in `.arl` files.
+    pub fn name(self) -> &'static str {
+        match self {
+            AlgorithmKind::Grpo => "grpo",
+            AlgorithmKind::Rloo => "rloo",
+            AlgorithmKind::ReinforcePp => "reinforce_pp",
+            AlgorithmKind::Ppo => "ppo",
+        }
+    }
+}
+
+/// Decoupled clip range: ratios are kept in `[1 - low, 1 + high]`; `0 < low <= high`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Clip {
+    /// Lower clip ε.
+    pub low: f64,
+    /// Upper clip ε (clip-higher when above `low`).
+    pub high: f64,
+}
+
+/// `kl = none | k1(c) | k2(c) | low_var_kl(c) | abs(c)`, optionally `as = reward`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kl {
+    /// The estimator; `None` disables the KL term.
+    pub estimator: Option<KlEstimator>,
+    /// Coefficient, >= 0.
+    pub coef: f64,
+    /// Whether the KL is a loss term or a reward penalty.
+    pub placement: KlPlacement,
+}
+
+/// KL estimators (Schulman's k1, k2, k3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KlEstimator {
+    /// `logp - ref`.
+    K1,
+    /// `0.5 * (logp - ref)^2`.
+    K2,
+    /// `exp(ref - logp) - (ref - logp) - 1`, clamped to [-10, 10] (`low_var_kl`).
+    K3,
+    /// `|logp - ref|`.
+    Abs,
+}
+
+/// Where the KL term goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KlPlacement {
+    /// Added to the loss. The default.
+    Loss,
+    /// Subtracted from the reward.
+    Reward,
+}
+
+/// Advantage normalization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdvantageNorm {
+    /// None beyond what the estimator does.
+    None,
+    /// Within each group.
+    Group,
+    /// Over the agent tokens of the whole batch.
+    Batch,
+    /// Over the agent tokens of each task in the batch (AgentRL).
+    PerTask,
+}
+
+/// Loss aggregation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregation {
+    /// One mean over every agent token of the batch.
+    TokenMean,
+    /// Sum over a sequence's tokens, mean over sequences.
+    SeqMeanTokenSum,
+    /// Mean over a sequence's tokens, mean over sequences.
+    SeqMeanTokenMean,
+}
+
+/// A scalar that changes over training steps (the α of RL + α·SFT).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// `constant(a)` or a bare number.
+    Constant(f64),
+    /// `linear(a -> b, over = n)`: from a at step 0 to b at step n, then b.
+    Linear {
+        /// Value at step 0.
+        from: f64,
+        /// Value from step `over` on.
+        to: f64,
+        /// Steps of the ramp, >= 1.
+        over: u64,
+    },
+    /// `cosine(a -> b, over = n)`: half-cosine from a to b over n steps, then b.
+    Cosine {
+        /// Value at step 0.
+        from: f64,
+        /// Value from step `over` on.
+        to: f64,
+        /// Steps of the ramp, >= 1.
+        over: u64,
+    },
+    /// `step(a -> b, at = n)`: a before step n, b from step n on.
+    Step {
+        /// Value before `at`.
+        from: f64,
+        /// Value from `at` on.
+        to: f64,
+        /// The step where the value switches.
+        at: u64,
+    },
+}
+
+impl Schedule {
+    /// The value at training step `step`.
+    pub fn at(&self, step: u64) -> f64 {
+        match *self {
+            Schedule::Constant(v) => v,
+            Schedule::Linear { from, to, over } => {
+                let t = (step as f64 / over as f64).min(1.0);
+                from + (to - from) * t
+            }
+            Schedule::Cosine { from, to, over } => {
+                let t = (step as f64 / over as f64).min(1.0);
+                to + (from - to) * 0.5 * (1.0 + (std::f64::consts::PI * t).cos())
+            }
+            Schedule::Step { from, to, at } => {
+                if step < at {
+                    from
+                } else {
+                    to
+                }
+            }
+        }
+    }
+}
+
+/// Trajectory filtering.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Filter {
+    /// Keep everything.
+    None,
+    /// `reward_std(keep = f)`: keep the fraction `f` in (0, 1] of groups with the largest
+    /// reward standard deviation (StarPO-S).
+    RewardStd {
+        /// Fraction of groups kept.
+        keep: f64,
+    },
+}
+
+/// `pool { ... }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pool {
+    /// Rollout engines, >= 1. Default 1.
+    pub engines: usize,
+    /// Stale engines among them, `< engines`. Default 0.
+    pub stale: usize,
+    /// Steps between refreshes of the stale engines, >= 1. Default 1.
+    pub refresh_every: u64,
+    /// Per-turn probability of generating with a stale engine, in [0, 1]; > 0 needs `stale >= 1`.
+    pub cross_policy: f64,
+    /// Oldest policy version (in steps behind) a trained-on trajectory may contain;
+    /// `>= refresh_every` when `cross_policy > 0`. Default 1.
+    pub max_staleness: u64,
+    /// Whether rollout and training overlap.
+    pub mode: PoolMode,
+}
+
+/// Rollout/training scheduling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolMode {
+    /// Each step waits for its whole batch. The default.
+    Sync,
+    /// Rollout workers fill a bounded queue while the trainer trains.
+    Async,
+}
+
+/// `train { ... }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Train {
+    /// RL steps, >= 1 (overridable with `--steps`).
+    pub steps: u64,
+    /// Trajectories per step, >= 1; a multiple of `group_size`. Default 32.
+    pub batch: usize,
+    /// Learning rate, > 0. Default 3e-4.
+    pub lr: f64,
+    /// The optimizer.
+    pub optimizer: Optimizer,
+    /// Sampling temperature during rollout, > 0. Default 1.
+    pub temperature: f64,
+    /// Nucleus sampling mass, in (0, 1]. Default 1.
+    pub top_p: f64,
+    /// Token budget of one agent turn, >= 1. Default 64.
+    pub max_new_tokens: usize,
+    /// Supervised warm-up on oracle demonstrations before RL; `None` to skip.
+    pub warmup: Option<Warmup>,
+    /// Steps between checkpoints; `None` writes one at the end only.
+    pub checkpoint_every: Option<u64>,
+}
+
+/// `optimizer = adamw { ... } | adam { ... } | sgd { ... }`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Optimizer {
+    /// AdamW with decoupled weight decay. The default (weight_decay 0.01).
+    AdamW {
+        /// Decoupled weight decay, >= 0.
+        weight_decay: f64,
+        /// First-moment decay, in [0, 1). Default 0.9.
+        beta1: f64,
+        /// Second-moment decay, in [0, 1). Default 0.999.
+        beta2: f64,
+    },
+    /// Adam.
+    Adam {
+        /// First-moment decay, in [0, 1). Default 0.9.
+        beta1: f64,
+        /// Second-moment decay, in [0, 1). Default 0.999.
+        beta2: f64,
+    },
+    /// Plain SGD with optional momentum.
+    Sgd {
+        /// Momentum, in [0, 1). Default 0.
+        momentum: f64,
+    },
+}
+
+/// `warmup = sft { ... }`: behaviour cloning of oracle demonstrations.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Warmup {
+    /// Optimizer steps, >= 1.
+    pub steps: u64,
+    /// Learning rate, > 0. Default: the training `lr`.
+    pub lr: f64,
+    /// Oracle episodes generated from the train split, >= 1. Default 256.
+    pub demonstrations: usize,
+    /// Demonstrations per optimizer step, >= 1. Default 16.
+    pub batch: usize,
+}
+
+/// `eval { ... }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Eval {
+    /// Steps between evaluations; `None` evaluates after warm-up and at the end only.
+    pub every: Option<u64>,
+    /// Which split to evaluate on. Default test.
+    pub split: Split,
+    /// Episodes per task, >= 1. Default 64.
+    pub episodes: usize,
+    /// Greedy decoding (true, the default) or sampling at the training temperature.
+    pub greedy: bool,
+}
+
+/// Instance splits; train and test instances never overlap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    /// Instances trained on.
+    Train,
+    /// Held-out instances.
+    Test,
+}
+
+/// `sweep { seeds = [...], ablate KEY.PATH = VALUE, ... }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sweep {
+    /// Seeds each configuration runs with; empty means the experiment's seed.
+    pub seeds: Vec<u64>,
+    /// Single-key changes, each a separate configuration besides the base one.
+    pub ablations: Vec<Ablation>,
+}
+
+/// `ablate pool.cross_policy = 0`: the experiment with one key changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ablation {
+    /// The key path as written, e.g. `pool.cross_policy`.
+    pub path: String,
+    /// The value as written, e.g. `0`.
+    pub value: String,
+    /// The whole experiment with the change applied and re-checked.
+    pub experiment: Box<Experiment>,
+}

@@ -1,0 +1,618 @@
+//! Checker behaviour: one rule per test, each on a minimal fixture.
+
+mod common;
+
+use agentry_dsl::check;
+use agentry_dsl::spec::{
+    AdvantageNorm, Arch, EnvRef, KlEstimator, KlPlacement, Optimizer, PoolMode, Schedule,
+};
+use common::{MINIMAL, MULTITASK, at, error, errors, text};
+
+/// `MINIMAL` with `from` replaced by `to` (which must occur).
+fn with(from: &str, to: &str) -> String {
+    assert!(MINIMAL.contains(from), "fixture lacks {from:?}");
+    MINIMAL.replacen(from, to, 1)
+}
+
+#[test]
+fn the_design_example_checks_with_its_values() {
+    let spec = check(MULTITASK).unwrap_or_else(|d| panic!("{}", d.render("m.arl", MULTITASK)));
+    assert_eq!(spec.seed, 7);
+    assert_eq!(spec.tasks[1].env, EnvRef::Path("crate::envs::Maze".into()));
+    assert_eq!(spec.tasks[0].difficulty.max, 2);
+    assert_eq!(spec.curriculum.len(), 3);
+    assert_eq!(spec.curriculum[2].until, None);
+    assert_eq!(spec.algorithm.clip.high, 0.28);
+    assert_eq!(spec.algorithm.kl.estimator, Some(KlEstimator::K3));
+    assert_eq!(
+        spec.algorithm.sft,
+        Schedule::Linear {
+            from: 0.5,
+            to: 0.0,
+            over: 200
+        }
+    );
+    assert_eq!(spec.pool.refresh_every, 25);
+    assert_eq!(spec.train.warmup.map(|w| w.lr), Some(1e-3));
+    let sweep = spec.sweep.expect("sweep");
+    assert_eq!(sweep.seeds, vec![1, 2, 3]);
+    assert_eq!(sweep.ablations.len(), 2);
+    assert_eq!(sweep.ablations[0].path, "pool.cross_policy");
+    assert_eq!(sweep.ablations[0].value, "0");
+    assert_eq!(sweep.ablations[0].experiment.pool.cross_policy, 0.0);
+    assert_eq!(sweep.ablations[0].experiment.sweep, None);
+    assert_eq!(
+        sweep.ablations[1].experiment.algorithm.advantage_norm,
+        AdvantageNorm::Batch
+    );
+}
+
+#[test]
+fn defaults_are_the_documented_ones() {
+    let spec = check(MINIMAL).unwrap();
+    assert_eq!(spec.seed, 0);
+    let Arch::Transformer(t) = &spec.model.arch else {
+        panic!("transformer expected")
+    };
+    assert_eq!(
+        (t.layers, t.d_model, t.heads, t.kv_heads, t.ffn, t.context),
+        (2, 128, 4, 4, 512, 512)
+    );
+    assert_eq!(spec.tasks[0].max_turns, 15);
+    assert_eq!(spec.tasks[0].weight, 1.0);
+    assert_eq!(
+        (spec.tasks[0].difficulty.min, spec.tasks[0].difficulty.max),
+        (1, 3)
+    );
+    let a = &spec.algorithm;
+    assert_eq!((a.clip.low, a.clip.high), (0.2, 0.2));
+    assert_eq!(a.dual_clip, None);
+    assert_eq!(a.kl.estimator, None);
+    assert_eq!(a.advantage_norm, AdvantageNorm::Group);
+    assert_eq!(a.sft, Schedule::Constant(0.0));
+    assert_eq!(
+        (a.gamma, a.lambda, a.epochs, a.grad_clip),
+        (1.0, 0.95, 1, Some(1.0))
+    );
+    assert_eq!(spec.pool.engines, 1);
+    assert_eq!(spec.pool.mode, PoolMode::Sync);
+    assert_eq!(spec.train.lr, 3e-4);
+    assert_eq!(
+        spec.train.optimizer,
+        Optimizer::AdamW {
+            weight_decay: 0.01,
+            beta1: 0.9,
+            beta2: 0.999
+        }
+    );
+    assert_eq!(
+        (
+            spec.train.temperature,
+            spec.train.top_p,
+            spec.train.max_new_tokens
+        ),
+        (1.0, 1.0, 64)
+    );
+    assert_eq!(spec.eval.episodes, 64);
+    assert!(spec.eval.greedy);
+    assert_eq!(spec.sweep, None);
+}
+
+#[test]
+fn algorithm_dependent_defaults() {
+    let spec = check(&with(
+        "algorithm grpo { group_size = 4 }",
+        "algorithm reinforce_pp {}",
+    ))
+    .unwrap();
+    assert_eq!(spec.algorithm.group_size, 1);
+    assert_eq!(spec.algorithm.advantage_norm, AdvantageNorm::Batch);
+    let spec = check(&with("task kg { env = kg }", "task me { env = ::my::Env }")).unwrap();
+    assert_eq!(spec.tasks[0].max_turns, 20);
+}
+
+#[test]
+fn kl_as_reward_and_other_schedules() {
+    let source = with(
+        "group_size = 4",
+        "group_size = 4, kl = k2(0.1, as = reward), sft = step(1 -> 0, at = 50), dual_clip = none",
+    );
+    let spec = check(&source).unwrap();
+    assert_eq!(spec.algorithm.kl.placement, KlPlacement::Reward);
+    assert_eq!(
+        spec.algorithm.sft,
+        Schedule::Step {
+            from: 1.0,
+            to: 0.0,
+            at: 50
+        }
+    );
+    let spec = check(&with(
+        "group_size = 4",
+        "group_size = 4, sft = 0.5, grad_clip = none",
+    ))
+    .unwrap();
+    assert_eq!(spec.algorithm.sft, Schedule::Constant(0.5));
+    assert_eq!(spec.algorithm.grad_clip, None);
+}
+
+#[test]
+fn unknown_key_suggests_the_closest() {
+    let source = with("group_size = 4", "group_sise = 4");
+    let d = error(&source);
+    assert_eq!(d.message, "unknown key `group_sise` in `algorithm`");
+    assert_eq!(d.label, "unknown key");
+    assert_eq!(at(&source, &d), "4:22");
+    assert_eq!(text(&source, &d), "group_sise");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `group_size`?"));
+}
+
+#[test]
+fn unknown_key_without_a_close_match_lists_the_keys() {
+    let d = error(&with("steps = 100,", "steps = 100, colour = 3,"));
+    assert_eq!(d.message, "unknown key `colour` in `train`");
+    assert!(
+        d.hint
+            .unwrap()
+            .starts_with("the keys of `train` are `steps`")
+    );
+}
+
+#[test]
+fn unknown_block_suggests_the_closest() {
+    let source = with("train {", "trian {");
+    let errs = errors(&source);
+    assert_eq!(errs[0].message, "missing `train` block");
+    assert_eq!(errs[1].message, "unknown block `trian`");
+    assert_eq!(errs[1].hint.as_deref(), Some("did you mean `train`?"));
+}
+
+#[test]
+fn wrong_type_says_what_was_expected() {
+    let source = with("group_size = 4", "group_size = \"4\"");
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "expected an integer for `group_size`, found a string"
+    );
+    assert_eq!(d.label, "expected an integer");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("remove the quotes: `group_size = 4`")
+    );
+    assert_eq!(at(&source, &d), "4:35");
+}
+
+#[test]
+fn a_float_where_an_integer_is_expected() {
+    let d = error(&with("steps = 100", "steps = 100.0"));
+    assert_eq!(
+        d.message,
+        "expected an integer for `steps`, found the number `100.0`"
+    );
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("write `steps = 100` without a decimal point")
+    );
+}
+
+#[test]
+fn unknown_choice_suggests_the_closest() {
+    let d = error(&MINIMAL.replace("experiment tiny {", "experiment tiny {\n    device = cdua"));
+    assert_eq!(d.message, "unknown value `cdua` for `device`");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `cuda`?"));
+}
+
+#[test]
+fn out_of_range_group_size_for_grpo() {
+    let source = with("group_size = 4", "group_size = 1");
+    let d = error(&source);
+    assert_eq!(d.message, "`group_size` must be at least 2 for grpo");
+    assert_eq!(text(&source, &d), "1");
+    assert!(d.hint.unwrap().contains("nothing to compare"));
+}
+
+#[test]
+fn out_of_range_numbers_state_the_interval() {
+    let d = error(&with("group_size = 4", "group_size = 4, gamma = 1.5"));
+    assert_eq!(d.message, "`gamma` must be in (0, 1]");
+    assert_eq!(d.hint.as_deref(), Some("got 1.5"));
+    let d = error(&with("steps = 100", "steps = 0"));
+    assert_eq!(d.message, "`steps` must be at least 1");
+}
+
+#[test]
+fn integer_overflow_is_an_error_not_a_panic() {
+    let source = MINIMAL.replace(
+        "experiment tiny {",
+        "experiment tiny {\n    seed = 99999999999999999999999",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "`seed` must be at most 18446744073709551615");
+    assert_eq!(at(&source, &d), "2:12");
+    let d = error(&with("steps = 100", "steps = 1e999"));
+    assert!(
+        d.message.starts_with("expected an integer for `steps`"),
+        "{}",
+        d.message
+    );
+}
+
+#[test]
+fn duplicate_key() {
+    let source = with("steps = 100,", "steps = 100, steps = 200,");
+    let d = error(&source);
+    assert_eq!(d.message, "`steps` is set twice in `train`");
+    assert_eq!(at(&source, &d), "5:26");
+}
+
+#[test]
+fn duplicate_block() {
+    let source = with("train {", "train { steps = 5 }\n    train {");
+    let d = error(&source);
+    assert_eq!(d.message, "duplicate `train` block");
+    assert_eq!(at(&source, &d), "6:5");
+}
+
+#[test]
+fn duplicate_task_and_stage_names() {
+    let source = with(
+        "task kg { env = kg }",
+        "task kg { env = kg }\n    task kg { env = db }",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "duplicate task `kg`");
+    assert_eq!(at(&source, &d), "4:10");
+    let source = with(
+        "train {",
+        "curriculum { stage a { until = 10 }, stage a { until = 20 } }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "duplicate stage `a`");
+}
+
+#[test]
+fn missing_required_items() {
+    let source = "experiment empty {\n}\n";
+    let messages: Vec<String> = errors(source).into_iter().map(|d| d.message).collect();
+    assert_eq!(
+        messages,
+        [
+            "missing `model` block",
+            "no `task` declared",
+            "missing `algorithm` block",
+            "missing `train` block"
+        ]
+    );
+    let d = error(&with("steps = 100, ", ""));
+    assert_eq!(d.message, "missing `steps` in `train`");
+    assert!(d.hint.unwrap().contains("steps = 500"));
+}
+
+#[test]
+fn missing_env() {
+    let d = error(&with("task kg { env = kg }", "task kg { weight = 2 }"));
+    assert_eq!(d.message, "task `kg` has no `env`");
+    assert!(d.hint.unwrap().starts_with("add `env = kg`"));
+}
+
+#[test]
+fn unknown_environment() {
+    let d = error(&with("env = kg", "env = webshp"));
+    assert_eq!(d.message, "unknown environment `webshp`");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `webshop`?"));
+    let d = error(&with("env = kg", "env = maze"));
+    assert!(d.hint.unwrap().contains("crate::envs::Maze"));
+}
+
+#[test]
+fn stage_names_an_undeclared_task() {
+    let source = with(
+        "train {",
+        "curriculum { stage a { tasks = [kb] } }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "stage `a` names undeclared task `kb`");
+    assert_eq!(text(&source, &d), "kb");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `kg`?"));
+}
+
+#[test]
+fn until_must_increase() {
+    let source = with(
+        "train {",
+        "curriculum {\n        stage a { until = 50 }\n        stage b { until = 50 }\n    }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "`until` must increase from stage to stage, but stage `b` ends at 50"
+    );
+    assert_eq!(at(&source, &d), "7:27");
+    assert_eq!(d.label, "not after 50");
+}
+
+#[test]
+fn until_missing_on_a_non_last_stage() {
+    let source = with(
+        "train {",
+        "curriculum { stage a { max_turns = 3 }, stage b { } }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "stage `a` has no `until`");
+    assert_eq!(text(&source, &d), "a");
+}
+
+#[test]
+fn until_beyond_training() {
+    let source = with(
+        "train {",
+        "curriculum { stage a { until = 150 }, stage b {} }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "stage `a` ends at step 150, after training ends (`steps = 100`)"
+    );
+    assert_eq!(text(&source, &d), "150");
+}
+
+#[test]
+fn ppo_needs_a_value_head() {
+    let source = with("algorithm grpo { group_size = 4 }", "algorithm ppo {}");
+    let d = error(&source);
+    assert_eq!(d.message, "PPO needs a value head");
+    assert_eq!(text(&source, &d), "ppo");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("add `value_head = shared` (or `separate`) to `model policy`")
+    );
+    let ok = source.replace(
+        "arch = transformer",
+        "arch = transformer, value_head = shared",
+    );
+    assert!(check(&ok).is_ok());
+}
+
+#[test]
+fn clip_rules() {
+    let d = error(&with("group_size = 4", "group_size = 4, clip = 0.3 .. 0.2"));
+    assert_eq!(d.message, "`clip` low (0.3) is above high (0.2)");
+    assert!(d.hint.unwrap().contains("clip = 0.2 .. 0.3"));
+    let d = error(&with("group_size = 4", "group_size = 4, clip = 1.2"));
+    assert_eq!(d.message, "`clip` must be in (0, 1)");
+    let d = error(&with("group_size = 4", "group_size = 4, clip = 0 .. 0.2"));
+    assert_eq!(d.message, "`clip` must be in (0, 1)");
+}
+
+#[test]
+fn batch_must_be_a_multiple_of_group_size() {
+    let source = with("batch = 16", "batch = 18");
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "`batch` (18) must be a multiple of `group_size` (4)"
+    );
+    assert_eq!(text(&source, &d), "18");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("a batch holds whole groups; try `batch = 16`")
+    );
+}
+
+#[test]
+fn stale_must_leave_a_fresh_engine() {
+    let source = with("train {", "pool { engines = 2, stale = 2 }\n    train {");
+    let d = error(&source);
+    assert_eq!(d.message, "`stale` (2) must be less than `engines` (2)");
+    assert_eq!(text(&source, &d), "2");
+}
+
+#[test]
+fn cross_policy_needs_a_stale_engine() {
+    let source = with(
+        "train {",
+        "pool { engines = 2, cross_policy = 0.5 }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "`cross_policy = 0.5` needs at least one stale engine"
+    );
+    assert!(d.hint.unwrap().contains("stale = 1 { refresh_every = 25 }"));
+}
+
+#[test]
+fn refresh_every_must_be_positive() {
+    let source = with(
+        "train {",
+        "pool { engines = 2, stale = 1 { refresh_every = 0 } }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "`refresh_every` must be at least 1");
+    assert!(d.hint.is_some());
+}
+
+#[test]
+fn max_staleness_covers_refresh_every() {
+    let source = with(
+        "train {",
+        "pool {\n        engines = 2, stale = 1 { refresh_every = 10 }, cross_policy = 0.2, max_staleness = 3\n    }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "`max_staleness` (3) is below `refresh_every` (10)"
+    );
+    assert_eq!(at(&source, &d), "6:92");
+    assert!(d.hint.unwrap().contains("max_staleness = 10"));
+}
+
+#[test]
+fn d_model_must_divide_into_heads() {
+    let source = with(
+        "arch = transformer",
+        "arch = transformer { d_model = 130, heads = 4 }",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "`d_model` (130) must be a multiple of `heads` (4)"
+    );
+    assert_eq!(text(&source, &d), "130");
+    assert!(d.hint.unwrap().contains("d_model = 128"));
+}
+
+#[test]
+fn heads_must_be_a_multiple_of_kv_heads() {
+    let d = error(&with(
+        "arch = transformer",
+        "arch = transformer { heads = 4, kv_heads = 3 }",
+    ));
+    assert_eq!(
+        d.message,
+        "`heads` (4) must be a multiple of `kv_heads` (3)"
+    );
+}
+
+#[test]
+fn difficulty_rules() {
+    let source = with("env = kg", "env = kg, difficulty = 0 .. 2");
+    let d = error(&source);
+    assert_eq!(d.message, "difficulty level 0 does not exist");
+    assert_eq!(text(&source, &d), "0");
+    let d = error(&with("env = kg", "env = kg, difficulty = 3 .. 1"));
+    assert_eq!(d.message, "difficulty range `3 .. 1` is reversed");
+    assert_eq!(d.hint.as_deref(), Some("write `difficulty = 1 .. 3`"));
+}
+
+#[test]
+fn ablation_must_name_an_existing_key() {
+    let source = with(
+        "train {",
+        "sweep { ablate pool.cross_polcy = 0 }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "with `ablate pool.cross_polcy = 0`: unknown key `cross_polcy` in `pool`"
+    );
+    assert_eq!(text(&source, &d), "cross_polcy");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `cross_policy`?"));
+    let d = error(&with(
+        "train {",
+        "sweep { ablate algo.gamma = 0.9 }\n    train {",
+    ));
+    assert_eq!(d.message, "unknown ablation target `algo`");
+    let d = error(&with(
+        "train {",
+        "sweep { ablate task.kb.weight = 2 }\n    train {",
+    ));
+    assert_eq!(d.message, "no task `kb` to ablate");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `kg`?"));
+}
+
+#[test]
+fn ablated_experiment_must_check() {
+    let source = with(
+        "train {",
+        "sweep { ablate algorithm.group_size = 3 }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "with `ablate algorithm.group_size = 3`: `batch` (16) must be a multiple of `group_size` (3)"
+    );
+    assert_eq!(at(&source, &d), "5:13");
+}
+
+#[test]
+fn ablations_reach_nested_and_default_keys() {
+    let source = with(
+        "train {",
+        "sweep { seeds = [4], ablate model.arch.layers = 4, ablate train.optimizer.weight_decay = 0, ablate task.kg.weight = 2, ablate eval.greedy = false }\n    train {",
+    );
+    let source = source.replace("batch = 16", "batch = 16, optimizer = adamw");
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
+    let ablations = spec.sweep.unwrap().ablations;
+    let Arch::Transformer(t) = &ablations[0].experiment.model.arch else {
+        panic!()
+    };
+    assert_eq!(t.layers, 4);
+    assert!(matches!(
+        ablations[1].experiment.train.optimizer,
+        Optimizer::AdamW {
+            weight_decay: 0.0,
+            ..
+        }
+    ));
+    assert_eq!(ablations[2].experiment.tasks[0].weight, 2.0);
+    assert!(!ablations[3].experiment.eval.greedy);
+}
+
+#[test]
+fn kl_needs_a_coefficient_and_a_known_estimator() {
+    let d = error(&with("group_size = 4", "group_size = 4, kl = k3"));
+    assert_eq!(d.message, "`k3` needs a coefficient");
+    let d = error(&with("group_size = 4", "group_size = 4, kl = low_var(0.1)"));
+    assert_eq!(d.message, "unknown KL estimator `low_var`");
+    let d = error(&with(
+        "group_size = 4",
+        "group_size = 4, kl = k1(0.1, at = reward)",
+    ));
+    assert_eq!(d.message, "unknown argument `at` to `k1`");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `as`?"));
+}
+
+#[test]
+fn schedules_need_their_arguments() {
+    let d = error(&with(
+        "group_size = 4",
+        "group_size = 4, sft = linear(0.5 -> 0)",
+    ));
+    assert_eq!(d.message, "`linear` needs `over = STEPS`");
+    let d = error(&with(
+        "group_size = 4",
+        "group_size = 4, sft = cosin(1 -> 0, over = 5)",
+    ));
+    assert_eq!(d.hint.as_deref(), Some("did you mean `cosine`?"));
+}
+
+#[test]
+fn unknown_escape_is_reported_with_other_errors() {
+    let source = with(
+        "arch = transformer",
+        "arch = qwen2 { weights = \"a\\qb\" }, colour = 1",
+    );
+    let errs = errors(&source);
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+    assert_eq!(errs[0].message, "unknown escape `\\q` in string");
+    assert_eq!(text(&source, &errs[0]), "\\q");
+    assert_eq!(errs[1].message, "unknown key `colour` in `model`");
+}
+
+#[test]
+fn every_mistake_of_a_file_is_reported() {
+    let source = "experiment bad {
+    model policy { arch = transformer { d_model = 130 } }
+    task kg { env = kgg }
+    algorithm grpo { group_sise = 8, clip = 0.3 .. 0.2 }
+    pool { engines = 1, stale = 1 }
+    train { batch = 32 }
+    eval { greedy = yes }
+}
+";
+    let messages: Vec<String> = errors(source).into_iter().map(|d| d.message).collect();
+    assert_eq!(
+        messages,
+        [
+            "`d_model` (130) must be a multiple of `heads` (4)",
+            "unknown environment `kgg`",
+            "unknown key `group_sise` in `algorithm`",
+            "`clip` low (0.3) is above high (0.2)",
+            "`stale` (1) must be less than `engines` (1)",
+            "missing `steps` in `train`",
+            "expected `true` or `false` for `greedy`, found the name `yes`",
+        ]
+    );
+}

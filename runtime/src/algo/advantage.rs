@@ -1,0 +1,178 @@
+//! Outcome advantages per trajectory, and token-level normalization.
+
+use agentry_dsl::spec::AlgorithmKind;
+
+/// Added to the standard deviation in group and task normalization (verl, AgentRL).
+pub const STD_EPS: f64 = 1e-6;
+/// Added to the variance inside the square root when whitening (verl's `masked_whiten`).
+pub const WHITEN_EPS: f64 = 1e-8;
+
+/// The advantage of each trajectory from its scalar reward.
+///
+/// `groups[i]` names the group (same prompt) of trajectory `i`. GRPO: `(r - mean_g) /
+/// (std_g + 1e-6)` with an unbiased std, a singleton group having mean 0 and std 1. RLOO: `r`
+/// minus the mean of the other members (`r` itself for a singleton). REINFORCE++: the raw
+/// return; whitening over the batch's tokens happens in [`whiten`]. PPO needs a critic and is not
+/// an outcome estimator, so it returns `None`.
+pub fn outcome_advantages(
+    kind: AlgorithmKind,
+    rewards: &[f32],
+    groups: &[usize],
+) -> Option<Vec<f32>> {
+    let members = |g: usize| -> Vec<f64> {
+        rewards
+            .iter()
+            .zip(groups)
+            .filter(|(_, gi)| **gi == g)
+            .map(|(r, _)| f64::from(*r))
+            .collect()
+    };
+    match kind {
+        AlgorithmKind::Grpo => Some(
+            rewards
+                .iter()
+                .zip(groups)
+                .map(|(r, g)| {
+                    let m = members(*g);
+                    let (mean, std) = if m.len() == 1 {
+                        (0.0, 1.0)
+                    } else {
+                        mean_std(&m)
+                    };
+                    ((f64::from(*r) - mean) / (std + STD_EPS)) as f32
+                })
+                .collect(),
+        ),
+        AlgorithmKind::Rloo => Some(
+            rewards
+                .iter()
+                .zip(groups)
+                .map(|(r, g)| {
+                    let m = members(*g);
+                    let n = m.len() as f64;
+                    if m.len() == 1 {
+                        *r
+                    } else {
+                        let others = (m.iter().sum::<f64>() - f64::from(*r)) / (n - 1.0);
+                        (f64::from(*r) - others) as f32
+                    }
+                })
+                .collect(),
+        ),
+        AlgorithmKind::ReinforcePp => Some(rewards.to_vec()),
+        AlgorithmKind::Ppo => None,
+    }
+}
+
+/// Normalizes token advantages to zero mean and unit variance within each key:
+/// `(a - mean_k) / (std_k + 1e-6)`, std unbiased. With the task index as key this is AgentRL's
+/// task advantage normalization; with one key for all tokens it is batch normalization.
+/// A key with a single token keeps std 1.
+pub fn normalize_by_key(values: &mut [f32], keys: &[usize]) {
+    let mut distinct: Vec<usize> = keys.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    for key in distinct {
+        let members: Vec<f64> = values
+            .iter()
+            .zip(keys)
+            .filter(|(_, k)| **k == key)
+            .map(|(v, _)| f64::from(*v))
+            .collect();
+        let (mean, std) = if members.len() == 1 {
+            (members[0], 1.0)
+        } else {
+            mean_std(&members)
+        };
+        for (v, k) in values.iter_mut().zip(keys) {
+            if *k == key {
+                *v = ((f64::from(*v) - mean) / (std + STD_EPS)) as f32;
+            }
+        }
+    }
+}
+
+/// Whitens token values over the whole batch: `(a - mean) / sqrt(var + 1e-8)`, var unbiased
+/// (verl's `masked_whiten`, used by REINFORCE++ and GAE).
+pub fn whiten(values: &mut [f32]) {
+    if values.len() < 2 {
+        return;
+    }
+    let all: Vec<f64> = values.iter().map(|v| f64::from(*v)).collect();
+    let (mean, std) = mean_std(&all);
+    let scale = 1.0 / (std * std + WHITEN_EPS).sqrt();
+    for v in values.iter_mut() {
+        *v = ((f64::from(*v) - mean) * scale) as f32;
+    }
+}
+
+/// Mean and unbiased standard deviation of at least two values.
+fn mean_std(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: &[f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() < 1e-4, "{a:?} != {b:?}");
+        }
+    }
+
+    #[test]
+    fn grpo_uses_group_mean_and_unbiased_std() {
+        // Group 0: rewards 1, 0, 0, 1 -> mean 0.5, unbiased std sqrt(1/3) = 0.57735.
+        let a = outcome_advantages(AlgorithmKind::Grpo, &[1.0, 0.0, 0.0, 1.0], &[0, 0, 0, 0])
+            .unwrap();
+        let z = 0.5 / (0.577_350_3 + 1e-6);
+        close(&a, &[z as f32, -z as f32, -z as f32, z as f32]);
+    }
+
+    #[test]
+    fn grpo_singleton_group_has_mean_zero_std_one() {
+        let a = outcome_advantages(AlgorithmKind::Grpo, &[0.7, 1.0, 0.0], &[0, 1, 1]).unwrap();
+        let z = 0.5 / (0.707_106_8 + 1e-6);
+        close(&a, &[0.7 / (1.0 + 1e-6), z as f32, -z as f32]);
+    }
+
+    #[test]
+    fn grpo_group_of_equal_rewards_gives_zero() {
+        let a = outcome_advantages(AlgorithmKind::Grpo, &[1.0, 1.0], &[0, 0]).unwrap();
+        close(&a, &[0.0, 0.0]);
+    }
+
+    #[test]
+    fn rloo_subtracts_the_mean_of_the_others() {
+        let a = outcome_advantages(AlgorithmKind::Rloo, &[1.0, 0.0, 0.5], &[0, 0, 0]).unwrap();
+        close(&a, &[0.75, -0.75, 0.0]);
+    }
+
+    #[test]
+    fn per_key_normalization_gives_zero_mean_unit_std_per_key() {
+        let mut v = [1.0, 2.0, 3.0, 10.0, 30.0];
+        normalize_by_key(&mut v, &[0, 0, 0, 1, 1]);
+        // Key 0: mean 2, std 1. Key 1: mean 20, std sqrt(200) = 14.142.
+        let s = 10.0 / (200f64.sqrt() + 1e-6);
+        close(&v, &[-1.0, 0.0, 1.0, -s as f32, s as f32]);
+    }
+
+    #[test]
+    fn whitening_matches_verl() {
+        let mut v = [0.0, 1.0, 2.0];
+        whiten(&mut v);
+        // mean 1, unbiased var 1.
+        let s = 1.0 / (1.0f64 + 1e-8).sqrt();
+        close(&v, &[-s as f32, 0.0, s as f32]);
+    }
+
+    #[test]
+    fn ppo_is_not_an_outcome_estimator() {
+        assert!(outcome_advantages(AlgorithmKind::Ppo, &[1.0], &[0]).is_none());
+    }
+}

@@ -1,0 +1,84 @@
+//! Device selection: which burn backend a run uses.
+//!
+//! The runtime is generic over `B: AutodiffBackend`; this module is the one place that names
+//! concrete backends, so a run is monomorphized once per backend compiled in. flex (CPU) is
+//! always there; `wgpu`, `vulkan` and `cuda` are cargo features. The wgpu adapter follows
+//! cubecl's `CUBECL_WGPU_DEFAULT_DEVICE` (`Cpu` selects Mesa's lavapipe).
+
+use agentry_dsl::spec::Device;
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::error::RunError;
+
+/// Work generic over the backend, run by [`dispatch`] on the chosen device.
+pub trait OnBackend {
+    /// What the work returns.
+    type Output;
+    /// Runs the work on backend `B` and device `device`.
+    fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output;
+}
+
+/// Parses a device name as the experiment language and `--device` spell it.
+pub fn parse(name: &str) -> Result<Device, RunError> {
+    match name {
+        "auto" => Ok(Device::Auto),
+        "flex" | "cpu" => Ok(Device::Flex),
+        "wgpu" => Ok(Device::Wgpu),
+        "vulkan" => Ok(Device::Vulkan),
+        "cuda" => Ok(Device::Cuda),
+        other => Err(RunError::Device {
+            device: other.to_string(),
+            reason: "expected one of auto, flex, wgpu, vulkan, cuda".to_string(),
+        }),
+    }
+}
+
+/// The device `auto` stands for in this build: CUDA when compiled in and a driver is present,
+/// else wgpu when compiled in, else flex.
+pub fn resolve(device: Device) -> Device {
+    if device != Device::Auto {
+        return device;
+    }
+    if cfg!(feature = "cuda") && std::path::Path::new("/proc/driver/nvidia/version").exists() {
+        Device::Cuda
+    } else if cfg!(feature = "wgpu") {
+        Device::Wgpu
+    } else if cfg!(feature = "vulkan") {
+        Device::Vulkan
+    } else {
+        Device::Flex
+    }
+}
+
+/// The name of a device, as written in files.
+pub fn name(device: Device) -> &'static str {
+    match device {
+        Device::Auto => "auto",
+        Device::Flex => "flex",
+        Device::Wgpu => "wgpu",
+        Device::Vulkan => "vulkan",
+        Device::Cuda => "cuda",
+    }
+}
+
+/// Runs `work` on `device` (after resolving `auto`).
+pub fn dispatch<W: OnBackend>(device: Device, work: W) -> Result<W::Output, RunError> {
+    use burn::backend::Autodiff;
+    let device = resolve(device);
+    match device {
+        Device::Flex => Ok(work.run::<Autodiff<burn::backend::Flex>>(Default::default())),
+        #[cfg(feature = "wgpu")]
+        Device::Wgpu => Ok(work.run::<Autodiff<burn::backend::Wgpu>>(Default::default())),
+        #[cfg(feature = "vulkan")]
+        Device::Vulkan => Ok(work.run::<Autodiff<burn::backend::Vulkan>>(Default::default())),
+        #[cfg(feature = "cuda")]
+        Device::Cuda => Ok(work.run::<Autodiff<burn::backend::Cuda>>(Default::default())),
+        other => Err(RunError::Device {
+            device: name(other).to_string(),
+            reason: format!(
+                "this build was compiled without it; rebuild with `--features {}`",
+                name(other)
+            ),
+        }),
+    }
+}

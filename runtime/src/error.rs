@@ -1,0 +1,51 @@
+//! The errors a run can end with.
+
+use std::path::PathBuf;
+
+/// Why a run could not start or go on. Every variant says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A task names an environment this build cannot provide.
+    #[error("task `{task}`: {reason}")]
+    Task {
+        /// The task's name in the file.
+        task: String,
+        /// What is missing and what to do.
+        reason: String,
+    },
+    /// The experiment asks for something this version of the runtime does not implement.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The requested device is not compiled in or not present.
+    #[error("device `{device}` is not available: {reason}")]
+    Device {
+        /// The device asked for.
+        device: String,
+        /// Why, and which cargo feature to enable.
+        reason: String,
+    },
+    /// Writing the run directory failed.
+    #[error("cannot write `{path}`: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Training produced a non-finite loss.
+    #[error("the loss became {value} at step {step}; lower the learning rate or enable grad_clip")]
+    Diverged {
+        /// The RL step (0 during warm-up).
+        step: u64,
+        /// The loss value.
+        value: f32,
+    },
+}
+
+impl RunError {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
+        let path = path.into();
+        move |source| RunError::Io { path, source }
+    }
+}

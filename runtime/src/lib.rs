@@ -1,0 +1,31 @@
+//! The burn runtime of Agentry: it runs a checked experiment.
+//!
+//! A run goes: resolve the experiment's tasks to environment generators ([`tasks`]); train a
+//! tokenizer on the text of oracle episodes and build the policy ([`text`], [`model`]); clone
+//! the oracle's demonstrations into the policy (supervised warm-up); then repeat RL steps — roll
+//! out groups of episodes with the current policy ([`rollout`]), turn rewards into token
+//! advantages and minimize the clipped policy loss over the agent's tokens only ([`algo`]) —
+//! drawing tasks and turn budgets from the curriculum ([`curriculum`]), and evaluate on held-out
+//! instances. Everything a run records goes to `runs/<experiment>/<run-id>/` ([`metrics`]).
+//!
+//! The runtime is generic over the burn backend; [`device`] is the one place that names
+//! concrete backends. All randomness flows from the experiment's seed through explicit RNGs.
+
+pub mod algo;
+pub mod curriculum;
+pub mod device;
+pub mod error;
+pub mod experiment;
+pub mod metrics;
+pub mod model;
+pub mod optim;
+pub mod rollout;
+pub mod tasks;
+pub mod text;
+pub mod train;
+
+pub use agentry_dsl::spec;
+pub use agentry_env as env;
+pub use error::RunError;
+pub use experiment::{Experiment, Interpreted};
+pub use train::{RunOptions, RunSummary, run};

@@ -1,0 +1,206 @@
+//! What a run records: the run directory, the metrics JSONL, and the live progress line.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use crate::error::RunError;
+
+/// Success and return of one task over some episodes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TaskStats {
+    /// Episodes counted.
+    pub episodes: usize,
+    /// Fraction solved.
+    pub success: f64,
+    /// Mean episode return.
+    pub mean_return: f64,
+    /// Mean agent turns.
+    pub mean_turns: f64,
+}
+
+impl TaskStats {
+    /// Statistics of `(success, return, turns)` triples.
+    pub fn of(outcomes: impl IntoIterator<Item = (bool, f32, u32)>) -> Self {
+        let mut stats = TaskStats::default();
+        for (success, ret, turns) in outcomes {
+            stats.episodes += 1;
+            stats.success += f64::from(u8::from(success));
+            stats.mean_return += f64::from(ret);
+            stats.mean_turns += f64::from(turns);
+        }
+        if stats.episodes > 0 {
+            let n = stats.episodes as f64;
+            stats.success /= n;
+            stats.mean_return /= n;
+            stats.mean_turns /= n;
+        }
+        stats
+    }
+}
+
+/// One line of `metrics.jsonl`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum Record {
+    /// A supervised warm-up step.
+    Sft {
+        /// Warm-up step, from 1.
+        step: u64,
+        /// Cross-entropy over agent tokens.
+        loss: f32,
+        /// Gradient norm before clipping.
+        grad_norm: f32,
+    },
+    /// An RL step.
+    Rl(Box<RlRecord>),
+    /// An evaluation.
+    Eval {
+        /// RL steps done when it ran.
+        step: u64,
+        /// Which point of the run (`warmup`, `periodic`, `final`).
+        label: String,
+        /// Per task.
+        tasks: BTreeMap<String, TaskStats>,
+        /// Mean success over tasks.
+        success: f64,
+    },
+}
+
+/// The metrics of one RL step.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RlRecord {
+    /// RL step, from 1.
+    pub step: u64,
+    /// Curriculum stage.
+    pub stage: String,
+    /// Training episodes' statistics, per task.
+    pub tasks: BTreeMap<String, TaskStats>,
+    /// Fraction of the step's episodes solved.
+    pub success: f64,
+    /// Mean return of the step's episodes.
+    pub mean_return: f64,
+    /// Standard deviation of the episode returns (collapse to 0 is the echo trap).
+    pub reward_std: f64,
+    /// Total loss.
+    pub loss: f32,
+    /// Policy-gradient term.
+    pub policy_loss: f32,
+    /// Mean entropy over agent tokens.
+    pub entropy: f32,
+    /// Mean KL to the reference.
+    pub kl: f32,
+    /// SFT weight α this step.
+    pub sft_alpha: f64,
+    /// Fraction of agent tokens clipped low.
+    pub clip_low: f32,
+    /// Fraction of agent tokens clipped high.
+    pub clip_high: f32,
+    /// Gradient norm before clipping.
+    pub grad_norm: f32,
+    /// Agent tokens trained on.
+    pub agent_tokens: usize,
+    /// Groups kept by the filter, of those rolled out.
+    pub groups_kept: usize,
+    /// Whether the update was skipped because every advantage was zero.
+    pub skipped: bool,
+    /// Wall-clock seconds of rollout and of the update.
+    pub rollout_seconds: f64,
+    /// Wall-clock seconds of the update.
+    pub update_seconds: f64,
+}
+
+/// `runs/<experiment>/<run-id>/` and its `metrics.jsonl`.
+pub struct RunDir {
+    path: PathBuf,
+    metrics: BufWriter<File>,
+}
+
+impl RunDir {
+    /// Creates a fresh run directory under `root/<experiment>/`; the run id is the seed and the
+    /// start time, so runs never overwrite each other.
+    pub fn create(root: &Path, experiment: &str, seed: u64) -> Result<Self, RunError> {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        let path = root
+            .join(experiment)
+            .join(format!("seed{seed}-{started}"));
+        std::fs::create_dir_all(&path).map_err(RunError::io(&path))?;
+        let metrics_path = path.join("metrics.jsonl");
+        let metrics = File::create(&metrics_path).map_err(RunError::io(&metrics_path))?;
+        Ok(RunDir {
+            path,
+            metrics: BufWriter::new(metrics),
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one line to `metrics.jsonl` and flushes it, so a crash loses nothing written.
+    pub fn record(&mut self, record: &Record) -> Result<(), RunError> {
+        let path = self.path.join("metrics.jsonl");
+        let line = serde_json::to_string(record).map_err(|e| RunError::Io {
+            path: path.clone(),
+            source: e.into(),
+        })?;
+        writeln!(self.metrics, "{line}")
+            .and_then(|()| self.metrics.flush())
+            .map_err(RunError::io(path))
+    }
+
+    /// Writes `name` in the run directory as pretty JSON.
+    pub fn write_json(&self, name: &str, value: &impl Serialize) -> Result<(), RunError> {
+        let path = self.path.join(name);
+        let text = serde_json::to_string_pretty(value).map_err(|e| RunError::Io {
+            path: path.clone(),
+            source: e.into(),
+        })?;
+        std::fs::write(&path, text).map_err(RunError::io(path))
+    }
+}
+
+/// The live progress line: step, success, mean return, loss.
+pub struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    /// A bar over `total` steps; hidden when `quiet` or when stderr is not a terminal.
+    pub fn new(total: u64, prefix: &str, quiet: bool) -> Self {
+        let bar = ProgressBar::new(total);
+        if quiet {
+            bar.set_draw_target(ProgressDrawTarget::hidden());
+        }
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>6} {bar:24} {pos:>4}/{len} {msg} [{elapsed}]")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_prefix(prefix.to_string());
+        Progress { bar }
+    }
+
+    /// Moves to `position` and shows `message`.
+    pub fn update(&self, position: u64, message: String) {
+        self.bar.set_position(position);
+        self.bar.set_message(message);
+    }
+
+    /// Prints a line to stdout above the bar (also when the bar is hidden).
+    pub fn println(&self, line: impl AsRef<str>) {
+        self.bar.suspend(|| println!("{}", line.as_ref()));
+    }
+
+    /// Leaves the bar at its last state.
+    pub fn finish(&self) {
+        self.bar.finish();
+    }
+}

@@ -1,0 +1,12 @@
+//! The policy network: a decoder-only transformer on burn, generic over the backend.
+//!
+//! Pre-norm decoder blocks (RMSNorm, causal multi-head attention with rotary position
+//! embeddings and optional grouped-query key/value heads, SwiGLU feed-forward), a final RMSNorm
+//! and an untied LM head. [`Policy::forward`] and [`Policy::token_logprobs`] serve training on
+//! right-padded batches; [`generate`] samples batches of continuations with a KV cache.
+
+mod generate;
+mod transformer;
+
+pub use generate::{Generation, Sampling, generate};
+pub use transformer::{DecoderBlock, Policy, PolicyConfig};

@@ -1,0 +1,184 @@
+//! Rollout: many episodes at once, the policy generating one turn for all of them per call.
+//!
+//! Each turn, the conversation so far of every unfinished episode is a prompt; the policy
+//! generates all their replies in one batched call; each reply is parsed as a tool call and
+//! stepped in its environment (a reply that does not parse is answered with the parser's error,
+//! as an observation, without touching the environment). Every generated token keeps the
+//! log-probability it was sampled with, which the loss uses as the behaviour policy.
+
+use agentry_env::{Environment, Split, Status, TaskGenerator};
+use burn::tensor::backend::Backend;
+use rand::Rng;
+
+use crate::model::{Policy, Sampling, generate};
+use crate::text::chat::parse_call;
+use crate::text::{ChatFormat, Transcript};
+
+/// Which instance an episode plays, and under what budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpisodeSpec {
+    /// Index into the experiment's tasks.
+    pub task: usize,
+    /// Train or test instances.
+    pub split: Split,
+    /// Difficulty level, 1..=3.
+    pub difficulty: u8,
+    /// Instance index within the split.
+    pub index: u64,
+    /// Turn budget.
+    pub max_turns: u32,
+    /// Group id: episodes of one group play the same instance (GRPO, RLOO).
+    pub group: usize,
+}
+
+/// A finished episode: the token transcript and what it earned.
+#[derive(Clone, Debug)]
+pub struct Episode {
+    /// What was played.
+    pub spec: EpisodeSpec,
+    /// Tokens and agent mask of the whole conversation.
+    pub transcript: Transcript,
+    /// Behaviour log-probability of each token (0 where the agent mask is false).
+    pub logprobs: Vec<f32>,
+    /// Sum of the turn rewards.
+    pub reward: f32,
+    /// Whether the environment judged the episode solved.
+    pub success: bool,
+    /// Agent turns taken.
+    pub turns: u32,
+    /// How it ended.
+    pub status: Status,
+}
+
+/// Plays `specs` to the end with `policy`, all episodes batched together.
+///
+/// Episodes end when the environment says so, at their turn budget, or when the context is
+/// full (`TaskLimitReached`).
+pub fn play<B: Backend>(
+    policy: &Policy<B>,
+    chat: &ChatFormat,
+    tasks: &[Box<dyn TaskGenerator>],
+    specs: &[EpisodeSpec],
+    sampling: &Sampling,
+    context: usize,
+    rng: &mut impl Rng,
+) -> Vec<Episode> {
+    let mut envs: Vec<Box<dyn Environment>> = specs
+        .iter()
+        .map(|s| tasks[s.task].instance(s.split, s.difficulty, s.index))
+        .collect();
+    let mut episodes: Vec<Episode> = specs
+        .iter()
+        .zip(envs.iter_mut())
+        .map(|(spec, env)| {
+            let transcript = chat.begin(&env.reset());
+            Episode {
+                spec: *spec,
+                logprobs: vec![0.0; transcript.tokens.len()],
+                transcript,
+                reward: 0.0,
+                success: false,
+                turns: 0,
+                status: Status::Running,
+            }
+        })
+        .collect();
+
+    loop {
+        // Episodes whose context cannot hold another reply end here.
+        for episode in episodes.iter_mut().filter(|e| e.is_running()) {
+            if episode.transcript.tokens.len() + 2 > context {
+                episode.status = Status::TaskLimitReached;
+            }
+        }
+        let active: Vec<usize> = (0..episodes.len())
+            .filter(|&i| episodes[i].is_running())
+            .collect();
+        if active.is_empty() {
+            break;
+        }
+        let prompts: Vec<Vec<u32>> = active
+            .iter()
+            .map(|&i| episodes[i].transcript.tokens.clone())
+            .collect();
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let turn_sampling = Sampling {
+            max_new_tokens: sampling.max_new_tokens.min(context.saturating_sub(longest)),
+            ..sampling.clone()
+        };
+        let generations = generate(policy, &prompts, &turn_sampling, rng);
+        for (&i, generation) in active.iter().zip(generations) {
+            let episode = &mut episodes[i];
+            chat.push_agent(&mut episode.transcript, &generation.tokens);
+            episode.logprobs.extend_from_slice(&generation.logprobs);
+            episode.turns += 1;
+            let step = match parse_call(&chat.agent_text(&generation.tokens)) {
+                Ok(call) => envs[i].step(&call),
+                Err(message) => agentry_env::Step {
+                    observation: message,
+                    reward: 0.0,
+                    status: Status::InvalidAction,
+                },
+            };
+            episode.reward += step.reward;
+            if step.done() {
+                episode.status = step.status;
+            } else if episode.turns >= episode.spec.max_turns {
+                episode.status = Status::TaskLimitReached;
+            } else {
+                let before = episode.transcript.tokens.len();
+                chat.push_observation(&mut episode.transcript, &step.observation);
+                let added = episode.transcript.tokens.len() - before;
+                episode.logprobs.extend(std::iter::repeat_n(0.0, added));
+            }
+            episode.success = envs[i].success();
+        }
+    }
+    episodes
+}
+
+impl Episode {
+    fn is_running(&self) -> bool {
+        matches!(self.status, Status::Running | Status::InvalidAction)
+    }
+}
+
+/// The oracle's episode of an instance, as the transcript the policy should have produced.
+///
+/// Returns `None` if the task has no oracle or the oracle does not solve the instance within the
+/// turn budget and context (such a demonstration would teach failure).
+pub fn demonstration(
+    chat: &ChatFormat,
+    env: &mut dyn Environment,
+    max_turns: u32,
+    context: usize,
+) -> Option<Transcript> {
+    let mut transcript = chat.begin(&env.reset());
+    for _ in 0..max_turns {
+        let call = env.oracle()?;
+        chat.push_agent(&mut transcript, &chat.demo_turn(&call));
+        let step = env.step(&call);
+        if step.done() {
+            return (env.success() && transcript.tokens.len() <= context).then_some(transcript);
+        }
+        chat.push_observation(&mut transcript, &step.observation);
+    }
+    None
+}
+
+/// The text of the oracle's episode of an instance (instruction, tools, calls, observations),
+/// for training a tokenizer on what the policy will read and write.
+pub fn oracle_text(env: &mut dyn Environment, max_turns: u32) -> Vec<String> {
+    let reset = env.reset();
+    let mut turns = Vec::new();
+    for _ in 0..max_turns {
+        let Some(call) = env.oracle() else { break };
+        let step = env.step(&call);
+        let done = step.done();
+        turns.push((call, step.observation));
+        if done {
+            break;
+        }
+    }
+    ChatFormat::corpus_text(&reset, &turns)
+}

@@ -1,0 +1,309 @@
+//! A word-level tokenizer with byte fallback.
+//!
+//! Text is pre-tokenized into pieces: runs of `[A-Za-z0-9_#.]` (with one leading space attached
+//! when there is one), whitespace runs, and single other characters. The vocabulary is the
+//! special tokens, the 256 bytes, and the most frequent multi-byte pieces of a training corpus.
+//! A known piece encodes to its id; any other piece encodes to its UTF-8 bytes, so
+//! `decode(encode(s)) == s` for every string. Special tokens are never produced from plain text.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// The special tokens, with fixed ids `0..Special::COUNT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Special {
+    /// Padding, id 0.
+    Pad,
+    /// Starts the system message.
+    System,
+    /// Starts the user message.
+    User,
+    /// Starts an assistant (policy) message.
+    Assistant,
+    /// Starts a tool result message.
+    Tool,
+    /// Ends any message.
+    End,
+}
+
+impl Special {
+    /// How many special tokens there are.
+    pub const COUNT: usize = 6;
+    /// All special tokens, in id order.
+    pub const ALL: [Special; Special::COUNT] = [
+        Special::Pad,
+        Special::System,
+        Special::User,
+        Special::Assistant,
+        Special::Tool,
+        Special::End,
+    ];
+
+    /// The token id.
+    pub fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// The marker text `decode` writes for this token.
+    pub fn marker(self) -> &'static str {
+        match self {
+            Special::Pad => "<pad>",
+            Special::System => "<|system|>",
+            Special::User => "<|user|>",
+            Special::Assistant => "<|assistant|>",
+            Special::Tool => "<|tool|>",
+            Special::End => "<|end|>",
+        }
+    }
+}
+
+/// First id of the 256 byte tokens.
+const BYTE_BASE: u32 = Special::COUNT as u32;
+/// First id of the piece tokens.
+const PIECE_BASE: u32 = BYTE_BASE + 256;
+
+/// Why a tokenizer could not be saved or loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    /// Reading or writing the file failed.
+    #[error("tokenizer file {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a tokenizer's JSON.
+    #[error("tokenizer file {path} is not valid tokenizer JSON: {source}")]
+    Json {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: serde_json::Error,
+    },
+    /// The JSON parsed but describes an impossible vocabulary.
+    #[error("tokenizer file {path} is invalid: {reason}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The on-disk form.
+#[derive(Serialize, Deserialize)]
+struct TokenizerFile {
+    format: String,
+    pieces: Vec<String>,
+}
+
+const FORMAT: &str = "agentry-word-bytes-v1";
+
+/// A lossless word-level tokenizer with byte fallback; see the module docs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tokenizer {
+    pieces: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+/// Whether `c` belongs to a word run.
+fn is_word(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '#' | '.')
+}
+
+/// Splits text into pieces; concatenating them gives back the text.
+pub(crate) fn pre_tokenize(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let mut chars = rest.char_indices();
+        let (_, first) = chars.next()?;
+        let end = if is_word(first) {
+            rest.find(|c: char| !is_word(c)).unwrap_or(rest.len())
+        } else if first == ' ' && rest[1..].starts_with(is_word) {
+            1 + rest[1..].find(|c: char| !is_word(c)).unwrap_or(rest.len() - 1)
+        } else if first.is_whitespace() {
+            let mut end = rest
+                .find(|c: char| !c.is_whitespace())
+                .unwrap_or(rest.len());
+            // Leave a final space to lead the following word.
+            if end > 1 && rest[..end].ends_with(' ') && rest[end..].starts_with(is_word) {
+                end -= 1;
+            }
+            end
+        } else {
+            first.len_utf8()
+        };
+        let (piece, tail) = rest.split_at(end);
+        rest = tail;
+        Some(piece)
+    })
+}
+
+impl Tokenizer {
+    /// Builds the vocabulary from a corpus: the specials, the 256 bytes, then the most frequent
+    /// multi-byte pieces (ties broken by piece text) until `max_vocab` tokens in all.
+    pub fn train<'a>(corpus: impl IntoIterator<Item = &'a str>, max_vocab: usize) -> Self {
+        let mut counts: HashMap<&'a str, u64> = HashMap::new();
+        for text in corpus {
+            for piece in pre_tokenize(text) {
+                if piece.len() > 1 {
+                    *counts.entry(piece).or_default() += 1;
+                }
+            }
+        }
+        let mut ranked: Vec<(&str, u64)> = counts.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let room = max_vocab.saturating_sub(PIECE_BASE as usize);
+        let pieces = ranked
+            .into_iter()
+            .take(room)
+            .map(|(p, _)| p.to_string())
+            .collect();
+        Self::from_pieces(pieces)
+    }
+
+    fn from_pieces(pieces: Vec<String>) -> Self {
+        let index = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.clone(), PIECE_BASE + i as u32))
+            .collect();
+        Tokenizer { pieces, index }
+    }
+
+    /// Encodes text; never produces special tokens.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        for piece in pre_tokenize(text) {
+            match self.index.get(piece) {
+                Some(&id) => out.push(id),
+                None => out.extend(piece.bytes().map(|b| BYTE_BASE + b as u32)),
+            }
+        }
+        out
+    }
+
+    /// Decodes tokens; specials become their marker text, invalid UTF-8 and unknown ids become
+    /// U+FFFD.
+    pub fn decode(&self, tokens: &[u32]) -> String {
+        let mut bytes = Vec::with_capacity(tokens.len() * 4);
+        for &id in tokens {
+            if (id as usize) < Special::COUNT {
+                bytes.extend_from_slice(Special::ALL[id as usize].marker().as_bytes());
+            } else if id < PIECE_BASE {
+                bytes.push((id - BYTE_BASE) as u8);
+            } else if let Some(piece) = self.pieces.get((id - PIECE_BASE) as usize) {
+                bytes.extend_from_slice(piece.as_bytes());
+            } else {
+                bytes.extend_from_slice("\u{FFFD}".as_bytes());
+            }
+        }
+        match String::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        }
+    }
+
+    /// The number of token ids (specials, bytes and pieces).
+    pub fn vocab_size(&self) -> usize {
+        PIECE_BASE as usize + self.pieces.len()
+    }
+
+    /// The padding id (0).
+    pub fn pad(&self) -> u32 {
+        Special::Pad.id()
+    }
+
+    /// The id of a special token.
+    pub fn special(&self, special: Special) -> u32 {
+        special.id()
+    }
+
+    /// Whether `id` is a special token.
+    pub fn is_special(&self, id: u32) -> bool {
+        (id as usize) < Special::COUNT
+    }
+
+    /// Writes the tokenizer as JSON.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
+        let path = path.as_ref();
+        let file = TokenizerFile {
+            format: FORMAT.to_string(),
+            pieces: self.pieces.clone(),
+        };
+        let json = serde_json::to_string(&file).map_err(|source| TokenizerError::Json {
+            path: path.display().to_string(),
+            source,
+        })?;
+        std::fs::write(path, json).map_err(|source| TokenizerError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Reads a tokenizer written by [`Tokenizer::save`].
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, TokenizerError> {
+        let path = path.as_ref();
+        let name = || path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| TokenizerError::Io {
+            path: name(),
+            source,
+        })?;
+        let file: TokenizerFile =
+            serde_json::from_str(&text).map_err(|source| TokenizerError::Json {
+                path: name(),
+                source,
+            })?;
+        let invalid = |reason: String| TokenizerError::Invalid {
+            path: name(),
+            reason,
+        };
+        if file.format != FORMAT {
+            return Err(invalid(format!(
+                "unknown format `{}` (expected `{FORMAT}`)",
+                file.format
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for piece in &file.pieces {
+            if piece.len() < 2 {
+                return Err(invalid(format!(
+                    "piece {piece:?} is shorter than two bytes"
+                )));
+            }
+            if !seen.insert(piece.as_str()) {
+                return Err(invalid(format!("piece {piece:?} appears twice")));
+            }
+        }
+        if file.pieces.len() > (u32::MAX - PIECE_BASE) as usize {
+            return Err(invalid("too many pieces".to_string()));
+        }
+        Ok(Self::from_pieces(file.pieces))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_text() {
+        let text = "get_neighbors(#0, \"people.person\")  hi  there\n\tx é";
+        let pieces: Vec<&str> = pre_tokenize(text).collect();
+        assert_eq!(pieces.concat(), text);
+        assert!(pieces.contains(&" there"));
+        assert!(pieces.contains(&"get_neighbors"));
+        assert!(pieces.contains(&"people.person"));
+    }
+
+    #[test]
+    fn known_pieces_are_single_tokens() {
+        let tok = Tokenizer::train(["count(#0) count(#1)"], 1000);
+        assert_eq!(tok.encode("count").len(), 1);
+        assert_eq!(tok.decode(&tok.encode(" count(#1)")), " count(#1)");
+        assert!(tok.encode("<|end|>").iter().all(|&t| !tok.is_special(t)));
+    }
+}

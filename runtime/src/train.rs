@@ -1,0 +1,754 @@
+//! The training loop: supervised warm-up on oracle demonstrations, then RL.
+//!
+//! One [`Trainer`] owns everything a run mutates (policy, optimizer, RNG, run directory), so the
+//! order of random draws, and therefore the whole run, is fixed by the experiment's seed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use agentry_dsl::spec::{self, AdvantageNorm, AlgorithmKind, Device, KlPlacement};
+use agentry_env::{Split, TaskGenerator};
+use burn::module::AutodiffModule;
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor, TensorData};
+use burn::module::Module;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::algo::loss::{PolicyLossConfig, kl_estimate, scalar};
+use crate::algo::{PolicyLossInput, normalize_by_key, outcome_advantages, policy_loss, whiten};
+use crate::curriculum::Curriculum;
+use crate::device::{self, OnBackend};
+use crate::error::RunError;
+use crate::experiment::Experiment;
+use crate::metrics::{Progress, Record, RlRecord, RunDir, TaskStats};
+use crate::model::{Policy, PolicyConfig, Sampling};
+use crate::optim::{PolicyOptimizer, clip_global_norm};
+use crate::rollout::{Episode, EpisodeSpec, demonstration, oracle_text, play};
+use crate::text::{ChatFormat, Tokenizer, Transcript};
+
+/// Largest tokenizer vocabulary trained for a from-scratch policy.
+pub const TOKENIZER_VOCAB: usize = 2048;
+
+/// How to run an experiment, beyond what its file says.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Overrides the file's `device`.
+    pub device: Option<Device>,
+    /// Overrides `train.steps`.
+    pub steps: Option<u64>,
+    /// Root of run directories (`runs` by default).
+    pub out: PathBuf,
+    /// No progress bar (lines are still printed).
+    pub quiet: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            device: None,
+            steps: None,
+            out: PathBuf::from("runs"),
+            quiet: false,
+        }
+    }
+}
+
+/// Success per task on the evaluation split.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Evaluation {
+    /// Per task.
+    pub tasks: BTreeMap<String, TaskStats>,
+    /// Mean success over tasks.
+    pub success: f64,
+}
+
+/// What a finished run reports.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RunSummary {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// The device the run used.
+    pub device: String,
+    /// Evaluation after the supervised warm-up (before any RL), when there was a warm-up.
+    pub after_warmup: Option<Evaluation>,
+    /// Evaluation at the end of RL.
+    pub after_rl: Evaluation,
+    /// RL steps run.
+    pub steps: u64,
+    /// RL steps skipped because every advantage was zero.
+    pub skipped_steps: u64,
+}
+
+/// Runs an experiment to the end: warm-up, RL, evaluations, run directory.
+///
+/// The device is `options.device`, else the file's `device`, with `auto` resolved by
+/// [`device::resolve`].
+pub fn run(experiment: &dyn Experiment, options: &RunOptions) -> Result<RunSummary, RunError> {
+    let job = Job::new(experiment, options)?;
+    let device = device::resolve(options.device.unwrap_or(job.spec.device));
+    device::dispatch(device, job)?
+}
+
+/// Runs an experiment on a backend and device chosen by the caller (for example the wgpu
+/// adapter of kind CPU), ignoring the file's `device`.
+pub fn run_on<B: AutodiffBackend>(
+    experiment: &dyn Experiment,
+    options: &RunOptions,
+    device: B::Device,
+) -> Result<RunSummary, RunError> {
+    Job::new(experiment, options)?.run::<B>(device)
+}
+
+/// Rejects, before any work, what the file may declare but this runtime cannot run yet.
+fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
+    let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
+    if !matches!(spec.model.arch, spec::Arch::Transformer(_)) {
+        return refuse("loading Hugging Face checkpoints (qwen2, llama) is not implemented yet; use `arch = transformer { ... }`");
+    }
+    if spec.algorithm.kind == AlgorithmKind::Ppo {
+        return refuse("ppo needs a critic, which is not implemented yet; use grpo, rloo or reinforce_pp");
+    }
+    if spec.pool.mode == spec::PoolMode::Async {
+        return refuse("`pool.mode = async` is not implemented yet; use `mode = sync`");
+    }
+    if spec.pool.cross_policy > 0.0 {
+        return refuse("cross-policy sampling (`pool.cross_policy > 0`) is not implemented yet; set it to 0");
+    }
+    Ok(())
+}
+
+struct Job {
+    spec: spec::Experiment,
+    tasks: Vec<Box<dyn TaskGenerator>>,
+    options: RunOptions,
+}
+
+impl Job {
+    fn new(experiment: &dyn Experiment, options: &RunOptions) -> Result<Self, RunError> {
+        let mut spec = experiment.spec();
+        if let Some(steps) = options.steps {
+            spec.train.steps = steps;
+        }
+        unsupported(&spec)?;
+        let tasks = crate::tasks::resolve(experiment, &spec)?;
+        Ok(Job {
+            spec,
+            tasks,
+            options: options.clone(),
+        })
+    }
+}
+
+impl OnBackend for Job {
+    type Output = Result<RunSummary, RunError>;
+
+    fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output {
+        Trainer::<B>::new(self, device)?.run()
+    }
+}
+
+/// Everything a run mutates.
+struct Trainer<B: AutodiffBackend> {
+    spec: spec::Experiment,
+    device_name: String,
+    tasks: Vec<Box<dyn TaskGenerator>>,
+    chat: ChatFormat,
+    policy: Policy<B>,
+    optimizer: PolicyOptimizer<Policy<B>, B>,
+    reference: Option<Policy<B::InnerBackend>>,
+    context: usize,
+    demos: Vec<Transcript>,
+    curriculum: Curriculum,
+    rng: ChaCha8Rng,
+    device: B::Device,
+    run_dir: RunDir,
+    options: RunOptions,
+}
+
+impl<B: AutodiffBackend> Trainer<B> {
+    fn new(job: Job, device: B::Device) -> Result<Self, RunError> {
+        let Job {
+            spec,
+            tasks,
+            options,
+        } = job;
+        let spec::Arch::Transformer(arch) = &spec.model.arch else {
+            unreachable!("checked by `unsupported`")
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+        let curriculum = Curriculum::new(&spec);
+
+        // The tokenizer is trained on the text of oracle episodes, so the words the policy
+        // needs are single tokens; the same episodes are the warm-up demonstrations.
+        let demo_count = spec.train.warmup.map_or(64, |w| w.demonstrations);
+        let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
+            .map(|_| draw_spec(&curriculum, 0, Split::Train, 0, &mut rng))
+            .collect();
+        let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
+        for draw in &demo_draws {
+            let mut env = tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
+            corpus.extend(oracle_text(env.as_mut(), draw.max_turns));
+        }
+        let tokenizer = Tokenizer::train(corpus.iter().map(String::as_str), TOKENIZER_VOCAB);
+        let chat = ChatFormat::new(tokenizer);
+        let demos: Vec<Transcript> = demo_draws
+            .iter()
+            .filter_map(|draw| {
+                let mut env = tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
+                demonstration(&chat, env.as_mut(), draw.max_turns, arch.context)
+            })
+            .collect();
+
+        B::seed(&device, spec.seed);
+        let policy = PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device);
+        let optimizer = PolicyOptimizer::new(&spec.train.optimizer);
+        let run_dir = RunDir::create(&options.out, &spec.name, spec.seed)?;
+        run_dir.write_json("experiment.json", &spec)?;
+        chat.tokenizer()
+            .save(run_dir.path().join("tokenizer.json"))
+            .map_err(|e| RunError::Io {
+                path: run_dir.path().join("tokenizer.json"),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        Ok(Trainer {
+            context: arch.context,
+            device_name: format!("{device:?}"),
+            spec,
+            tasks,
+            chat,
+            policy,
+            optimizer,
+            reference: None,
+            demos,
+            curriculum,
+            rng,
+            device,
+            run_dir,
+            options,
+        })
+    }
+
+    fn run(mut self) -> Result<RunSummary, RunError> {
+        let mut out = Progress::new(0, "", true);
+        out.println(format!(
+            "experiment `{}` on {} | {} tasks | {} demonstrations | vocab {}",
+            self.spec.name,
+            self.device_name,
+            self.tasks.len(),
+            self.demos.len(),
+            self.chat.tokenizer().vocab_size()
+        ));
+        let after_warmup = match self.spec.train.warmup {
+            Some(warmup) => {
+                self.warmup(&warmup)?;
+                let evaluation = self.evaluate(0, "warmup")?;
+                out.println(format!(
+                    "after SFT warm-up: {} success {}",
+                    split_name(self.spec.eval.split),
+                    describe(&evaluation)
+                ));
+                Some(evaluation)
+            }
+            None => None,
+        };
+        if self.spec.algorithm.kl.estimator.is_some() {
+            self.reference = Some(self.policy.valid());
+        }
+
+        let steps = self.spec.train.steps;
+        out = Progress::new(steps, "rl", self.options.quiet);
+        let mut skipped = 0;
+        for step in 1..=steps {
+            let record = self.rl_step(step)?;
+            skipped += u64::from(record.skipped);
+            out.update(
+                step,
+                format!(
+                    "success {:.2} | return {:.2} | loss {:+.4} | entropy {:.2}",
+                    record.success, record.mean_return, record.loss, record.entropy
+                ),
+            );
+            self.run_dir.record(&Record::Rl(Box::new(record)))?;
+            if self.spec.eval.every.is_some_and(|every| step % every == 0 && step < steps) {
+                let evaluation = self.evaluate(step, "periodic")?;
+                out.println(format!("step {step}: success {}", describe(&evaluation)));
+            }
+            if self
+                .spec
+                .train
+                .checkpoint_every
+                .is_some_and(|every| step % every == 0)
+            {
+                self.save_weights(&format!("policy-step{step}"))?;
+            }
+        }
+        out.finish();
+        let after_rl = self.evaluate(steps, "final")?;
+        out.println(format!(
+            "after RL ({steps} steps): {} success {}",
+            split_name(self.spec.eval.split),
+            describe(&after_rl)
+        ));
+        self.save_weights("policy")?;
+        let summary = RunSummary {
+            run_dir: self.run_dir.path().to_path_buf(),
+            device: self.device_name.clone(),
+            after_warmup,
+            after_rl,
+            steps,
+            skipped_steps: skipped,
+        };
+        self.run_dir.write_json("summary.json", &summary)?;
+        out.println(format!("run directory: {}", summary.run_dir.display()));
+        Ok(summary)
+    }
+
+    /// Behaviour cloning of the oracle demonstrations.
+    fn warmup(&mut self, warmup: &spec::Warmup) -> Result<(), RunError> {
+        if self.demos.is_empty() {
+            return Err(RunError::Unsupported(
+                "warm-up needs oracle demonstrations, but no task produced any".to_string(),
+            ));
+        }
+        let progress = Progress::new(warmup.steps, "sft", self.options.quiet);
+        for step in 1..=warmup.steps {
+            let batch: Vec<&Transcript> = (0..warmup.batch)
+                .map(|_| &self.demos[self.rng.random_range(0..self.demos.len())])
+                .collect();
+            let (tokens, mask) = self.sft_tensors(&batch);
+            let (logprobs, _) = sequence_logprobs(&self.policy, tokens, 1.0);
+            let loss = masked_nll(logprobs, mask);
+            let value = scalar(loss.clone());
+            if !value.is_finite() {
+                return Err(RunError::Diverged { step: 0, value });
+            }
+            let grad_norm = self.apply(loss, warmup.lr);
+            progress.update(step, format!("loss {value:.4}"));
+            self.run_dir.record(&Record::Sft {
+                step,
+                loss: value,
+                grad_norm,
+            })?;
+        }
+        progress.finish();
+        Ok(())
+    }
+
+    /// Backward, clip, optimizer step; returns the gradient norm before clipping.
+    fn apply(&mut self, loss: Tensor<B, 1>, lr: f64) -> f32 {
+        let grads = loss.backward();
+        let mut grads = burn::optim::GradientsParams::from_grads(grads, &self.policy);
+        let norm = clip_global_norm(&self.policy, &mut grads, self.spec.algorithm.grad_clip);
+        self.policy = self.optimizer.step(lr, self.policy.clone(), grads);
+        norm
+    }
+
+    fn sampling(&self, greedy: bool) -> Sampling {
+        Sampling {
+            temperature: self.spec.train.temperature as f32,
+            top_p: self.spec.train.top_p as f32,
+            max_new_tokens: self.spec.train.max_new_tokens,
+            stop: vec![self.chat.end_token()],
+            greedy,
+        }
+    }
+
+    /// One RL step: roll out groups, compute advantages, update the policy.
+    fn rl_step(&mut self, step: u64) -> Result<RlRecord, RunError> {
+        let started = Instant::now();
+        let algorithm = self.spec.algorithm.clone();
+        let group_size = algorithm.group_size.max(1);
+        let groups = (self.spec.train.batch / group_size).max(1);
+        let mut specs = Vec::with_capacity(groups * group_size);
+        for group in 0..groups {
+            let spec = draw_spec(&self.curriculum, step - 1, Split::Train, group, &mut self.rng);
+            specs.extend(std::iter::repeat_n(spec, group_size));
+        }
+        let sampling = self.sampling(false);
+        let inference = self.policy.valid();
+        let mut episodes = play(
+            &inference,
+            &self.chat,
+            &self.tasks,
+            &specs,
+            &sampling,
+            self.context,
+            &mut self.rng,
+        );
+        let rollout_seconds = started.elapsed().as_secs_f64();
+
+        let mut record = RlRecord {
+            step,
+            stage: self.curriculum.stage_name(step - 1).to_string(),
+            tasks: self.task_stats(&episodes),
+            sft_alpha: algorithm.sft.at(step - 1),
+            rollout_seconds,
+            ..RlRecord::default()
+        };
+        let returns: Vec<f64> = episodes.iter().map(|e| f64::from(e.reward)).collect();
+        record.success =
+            episodes.iter().filter(|e| e.success).count() as f64 / episodes.len() as f64;
+        record.mean_return = returns.iter().sum::<f64>() / returns.len() as f64;
+        record.reward_std = std_dev(&returns);
+
+        if algorithm.kl.placement == KlPlacement::Reward {
+            self.penalize_kl(&mut episodes);
+        }
+        let kept = filter_groups(&episodes, algorithm.filter);
+        record.groups_kept = kept.iter().map(|e| e.spec.group).collect::<std::collections::BTreeSet<_>>().len();
+        let episodes: Vec<Episode> = kept.into_iter().cloned().collect();
+        let advantages = self.token_advantages(&episodes);
+        record.agent_tokens = advantages.iter().map(Vec::len).sum();
+        if advantages.iter().flatten().all(|a| *a == 0.0) {
+            record.skipped = true;
+            return Ok(record);
+        }
+
+        let update_started = Instant::now();
+        let batch = self.rl_tensors(&episodes, &advantages);
+        let loss_config = PolicyLossConfig {
+            clip: algorithm.clip,
+            dual_clip: algorithm.dual_clip,
+            aggregation: algorithm.aggregation,
+            entropy_coef: algorithm.entropy,
+            kl: match (algorithm.kl.estimator, algorithm.kl.placement) {
+                (Some(estimator), KlPlacement::Loss) => Some((estimator, algorithm.kl.coef)),
+                _ => None,
+            },
+        };
+        let temperature = self.spec.train.temperature;
+        for _ in 0..algorithm.epochs {
+            let (logprobs, entropy) =
+                sequence_logprobs(&self.policy, batch.tokens.clone(), temperature);
+            let ref_logprobs = match (&self.reference, loss_config.kl) {
+                (Some(reference), Some(_)) => Some(Tensor::from_inner(
+                    sequence_logprobs(reference, batch.tokens.clone().inner(), temperature).0,
+                )),
+                _ => None,
+            };
+            let (mut loss, stats) = policy_loss(
+                PolicyLossInput {
+                    logprobs,
+                    old_logprobs: batch.old_logprobs.clone(),
+                    advantages: batch.advantages.clone(),
+                    mask: batch.mask.clone(),
+                    entropy,
+                    ref_logprobs,
+                },
+                &loss_config,
+            );
+            if record.sft_alpha > 0.0 && !self.demos.is_empty() {
+                let demos: Vec<&Transcript> = (0..group_size.max(4))
+                    .map(|_| &self.demos[self.rng.random_range(0..self.demos.len())])
+                    .collect();
+                let (tokens, mask) = self.sft_tensors(&demos);
+                let (logprobs, _) = sequence_logprobs(&self.policy, tokens, 1.0);
+                loss = loss + masked_nll(logprobs, mask) * record.sft_alpha;
+            }
+            let value = scalar(loss.clone());
+            if !value.is_finite() {
+                return Err(RunError::Diverged { step, value });
+            }
+            record.loss = value;
+            record.policy_loss = stats.policy;
+            record.entropy = stats.entropy;
+            record.kl = stats.kl;
+            record.clip_low = stats.clip_low;
+            record.clip_high = stats.clip_high;
+            record.grad_norm = self.apply(loss, self.spec.train.lr);
+        }
+        record.update_seconds = update_started.elapsed().as_secs_f64();
+        Ok(record)
+    }
+
+    /// Subtracts `coef * KL` of each episode's agent tokens from its reward.
+    fn penalize_kl(&self, episodes: &mut [Episode]) {
+        let (Some(reference), Some(estimator)) = (&self.reference, self.spec.algorithm.kl.estimator)
+        else {
+            return;
+        };
+        let coef = self.spec.algorithm.kl.coef;
+        for episode in episodes.iter_mut() {
+            let (tokens, mask) = self.sft_tensors::<B::InnerBackend>(&[&episode.transcript]);
+            let (ref_logprobs, _) = sequence_logprobs(reference, tokens, self.spec.train.temperature);
+            let old = row_tensor::<B::InnerBackend>(&episode.logprobs[1..], &self.device);
+            let kl = kl_estimate(old, ref_logprobs, estimator) * mask;
+            episode.reward -= (f64::from(scalar(kl.sum())) * coef) as f32;
+        }
+    }
+
+    /// Per-token advantages of every episode's agent tokens, normalized as the spec says.
+    fn token_advantages(&self, episodes: &[Episode]) -> Vec<Vec<f32>> {
+        let algorithm = &self.spec.algorithm;
+        let rewards: Vec<f32> = episodes.iter().map(|e| e.reward).collect();
+        let groups: Vec<usize> = episodes.iter().map(|e| e.spec.group).collect();
+        let per_episode = outcome_advantages(algorithm.kind, &rewards, &groups)
+            .unwrap_or_else(|| vec![0.0; episodes.len()]);
+        // Flatten to agent tokens, remembering each token's episode, group and task.
+        let mut values = Vec::new();
+        let mut owner = Vec::new();
+        for (i, episode) in episodes.iter().enumerate() {
+            let n = episode.transcript.agent_mask.iter().filter(|m| **m).count();
+            values.extend(std::iter::repeat_n(per_episode[i], n));
+            owner.extend(std::iter::repeat_n(i, n));
+        }
+        if algorithm.kind == AlgorithmKind::ReinforcePp {
+            whiten(&mut values);
+        }
+        let key = |f: &dyn Fn(&Episode) -> usize| -> Vec<usize> {
+            owner.iter().map(|&i| f(&episodes[i])).collect()
+        };
+        match algorithm.advantage_norm {
+            AdvantageNorm::None => {}
+            AdvantageNorm::Group if algorithm.kind == AlgorithmKind::Grpo => {}
+            AdvantageNorm::Group => normalize_by_key(&mut values, &key(&|e| e.spec.group)),
+            AdvantageNorm::Batch if algorithm.kind == AlgorithmKind::ReinforcePp => {}
+            AdvantageNorm::Batch => {
+                let one_key = vec![0; values.len()];
+                normalize_by_key(&mut values, &one_key);
+            }
+            AdvantageNorm::PerTask => normalize_by_key(&mut values, &key(&|e| e.spec.task)),
+        }
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); episodes.len()];
+        for (value, i) in values.into_iter().zip(owner) {
+            out[i].push(value);
+        }
+        out
+    }
+
+    fn task_stats(&self, episodes: &[Episode]) -> BTreeMap<String, TaskStats> {
+        self.spec
+            .tasks
+            .iter()
+            .enumerate()
+            .filter_map(|(t, task)| {
+                let stats = TaskStats::of(
+                    episodes
+                        .iter()
+                        .filter(|e| e.spec.task == t)
+                        .map(|e| (e.success, e.reward, e.turns)),
+                );
+                (stats.episodes > 0).then(|| (task.name.clone(), stats))
+            })
+            .collect()
+    }
+
+    /// Success on `eval.episodes` fixed instances of each task.
+    fn evaluate(&mut self, step: u64, label: &str) -> Result<Evaluation, RunError> {
+        let eval = self.spec.eval.clone();
+        let mut specs = Vec::new();
+        for (t, task) in self.spec.tasks.iter().enumerate() {
+            let levels = task.difficulty.max - task.difficulty.min + 1;
+            for i in 0..eval.episodes {
+                specs.push(EpisodeSpec {
+                    task: t,
+                    split: match eval.split {
+                        spec::Split::Train => Split::Train,
+                        spec::Split::Test => Split::Test,
+                    },
+                    difficulty: task.difficulty.min + (i % usize::from(levels)) as u8,
+                    index: i as u64,
+                    max_turns: task.max_turns,
+                    group: specs.len(),
+                });
+            }
+        }
+        // Evaluation draws from its own stream, so evaluating does not change training.
+        let mut rng = ChaCha8Rng::seed_from_u64(self.spec.seed ^ 0x5eed_e7a1);
+        let episodes = play(
+            &self.policy.valid(),
+            &self.chat,
+            &self.tasks,
+            &specs,
+            &self.sampling(eval.greedy),
+            self.context,
+            &mut rng,
+        );
+        self.write_samples(label, &episodes)?;
+        let tasks = self.task_stats(&episodes);
+        let success = tasks.values().map(|s| s.success).sum::<f64>() / tasks.len().max(1) as f64;
+        self.run_dir.record(&Record::Eval {
+            step,
+            label: label.to_string(),
+            tasks: tasks.clone(),
+            success,
+        })?;
+        Ok(Evaluation { tasks, success })
+    }
+
+    /// Writes the first episodes of each task as readable transcripts, `samples-LABEL.txt`.
+    fn write_samples(&self, label: &str, episodes: &[Episode]) -> Result<(), RunError> {
+        let mut text = String::new();
+        for (t, task) in self.spec.tasks.iter().enumerate() {
+            for episode in episodes.iter().filter(|e| e.spec.task == t).take(4) {
+                text.push_str(&format!(
+                    "== {} instance {} difficulty {}: success {} reward {} turns {} ({:?})\n{}\n\n",
+                    task.name,
+                    episode.spec.index,
+                    episode.spec.difficulty,
+                    episode.success,
+                    episode.reward,
+                    episode.turns,
+                    episode.status,
+                    self.chat.tokenizer().decode(&episode.transcript.tokens)
+                ));
+            }
+        }
+        let path = self.run_dir.path().join(format!("samples-{label}.txt"));
+        std::fs::write(&path, text).map_err(RunError::io(path))
+    }
+
+    fn save_weights(&self, name: &str) -> Result<(), RunError> {
+        let path = self.run_dir.path().join(name);
+        self.policy
+            .clone()
+            .save_file(path.clone(), &NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+            .map_err(|e| RunError::Io {
+                path,
+                source: std::io::Error::other(e.to_string()),
+            })
+    }
+
+    /// Right-padded tokens `[n, T]` and the agent mask of the predicted tokens `[n, T - 1]`.
+    fn sft_tensors<C: Backend<Device = B::Device>>(
+        &self,
+        transcripts: &[&Transcript],
+    ) -> (Tensor<C, 2, Int>, Tensor<C, 2>) {
+        let device = &self.device;
+        let width = transcripts.iter().map(|t| t.tokens.len()).max().unwrap_or(2).max(2);
+        let pad = self.chat.tokenizer().pad();
+        let mut tokens = Vec::with_capacity(transcripts.len() * width);
+        let mut mask = Vec::with_capacity(transcripts.len() * (width - 1));
+        for t in transcripts {
+            tokens.extend(t.tokens.iter().map(|&x| x as i64));
+            tokens.extend(std::iter::repeat_n(i64::from(pad), width - t.tokens.len()));
+            mask.extend(t.agent_mask.iter().skip(1).map(|&m| f32::from(u8::from(m))));
+            mask.extend(std::iter::repeat_n(0.0, width - t.tokens.len().max(1)));
+        }
+        let n = transcripts.len();
+        (
+            Tensor::from_data(TensorData::new(tokens, [n, width]), device),
+            Tensor::from_data(TensorData::new(mask, [n, width - 1]), device),
+        )
+    }
+
+    fn rl_tensors(&self, episodes: &[Episode], advantages: &[Vec<f32>]) -> RlBatch<B> {
+        let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
+        let (tokens, mask) = self.sft_tensors::<B>(&transcripts);
+        let width = tokens.dims()[1];
+        let mut old = Vec::with_capacity(episodes.len() * (width - 1));
+        let mut adv = Vec::with_capacity(episodes.len() * (width - 1));
+        for (episode, token_adv) in episodes.iter().zip(advantages) {
+            let mut next = token_adv.iter();
+            for j in 1..width {
+                let agent = episode.transcript.agent_mask.get(j).copied().unwrap_or(false);
+                old.push(episode.logprobs.get(j).copied().unwrap_or(0.0));
+                adv.push(if agent { next.next().copied().unwrap_or(0.0) } else { 0.0 });
+            }
+        }
+        let n = episodes.len();
+        RlBatch {
+            tokens,
+            mask,
+            old_logprobs: Tensor::from_data(TensorData::new(old, [n, width - 1]), &self.device),
+            advantages: Tensor::from_data(TensorData::new(adv, [n, width - 1]), &self.device),
+        }
+    }
+}
+
+struct RlBatch<B: Backend> {
+    tokens: Tensor<B, 2, Int>,
+    mask: Tensor<B, 2>,
+    old_logprobs: Tensor<B, 2>,
+    advantages: Tensor<B, 2>,
+}
+
+/// Log-probabilities `[n, T - 1]` of `tokens[:, 1..]` under `policy` at `temperature`, and the
+/// entropy of each predictive distribution.
+pub fn sequence_logprobs<B: Backend>(
+    policy: &Policy<B>,
+    tokens: Tensor<B, 2, Int>,
+    temperature: f64,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let [n, t] = tokens.dims();
+    let logits = policy.forward(tokens.clone().slice([0..n, 0..t - 1]));
+    let logp = log_softmax(logits / temperature, 2);
+    let targets = tokens.slice([0..n, 1..t]).unsqueeze_dim::<3>(2);
+    let chosen = logp.clone().gather(2, targets).squeeze_dim::<2>(2);
+    let entropy = (logp.clone().exp() * logp).sum_dim(2).squeeze_dim::<2>(2).neg();
+    (chosen, entropy)
+}
+
+/// Mean negative log-likelihood over the agent mask.
+fn masked_nll<B: Backend>(logprobs: Tensor<B, 2>, mask: Tensor<B, 2>) -> Tensor<B, 1> {
+    (logprobs * mask.clone()).sum().neg() / mask.sum().clamp_min(1.0)
+}
+
+fn row_tensor<B: Backend>(values: &[f32], device: &B::Device) -> Tensor<B, 2> {
+    Tensor::from_data(TensorData::new(values.to_vec(), [1, values.len()]), device)
+}
+
+/// One episode's draw: task, difficulty and budget from the curriculum, a random instance.
+fn draw_spec(
+    curriculum: &Curriculum,
+    step: u64,
+    split: Split,
+    group: usize,
+    rng: &mut ChaCha8Rng,
+) -> EpisodeSpec {
+    let draw = curriculum.draw(step, rng);
+    EpisodeSpec {
+        task: draw.task,
+        split,
+        difficulty: draw.difficulty,
+        index: rng.random_range(0..u64::from(u32::MAX)),
+        max_turns: draw.max_turns,
+        group,
+    }
+}
+
+/// The episodes of the groups with the largest reward spread (StarPO-S), or all of them.
+fn filter_groups(episodes: &[Episode], filter: spec::Filter) -> Vec<&Episode> {
+    let spec::Filter::RewardStd { keep } = filter else {
+        return episodes.iter().collect();
+    };
+    let mut groups: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for e in episodes {
+        groups.entry(e.spec.group).or_default().push(f64::from(e.reward));
+    }
+    let mut spread: Vec<(usize, f64)> = groups.iter().map(|(g, r)| (*g, std_dev(r))).collect();
+    spread.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let count = ((spread.len() as f64 * keep).ceil() as usize).clamp(1, spread.len());
+    let kept: Vec<usize> = spread[..count].iter().map(|(g, _)| *g).collect();
+    episodes.iter().filter(|e| kept.contains(&e.spec.group)).collect()
+}
+
+/// Unbiased standard deviation; 0 for fewer than two values.
+fn std_dev(values: &[f64]) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+}
+
+fn split_name(split: spec::Split) -> &'static str {
+    match split {
+        spec::Split::Train => "train",
+        spec::Split::Test => "held-out",
+    }
+}
+
+fn describe(evaluation: &Evaluation) -> String {
+    let per_task: Vec<String> = evaluation
+        .tasks
+        .iter()
+        .map(|(name, s)| format!("{name} {:.2}", s.success))
+        .collect();
+    format!("{:.3} ({})", evaluation.success, per_task.join(", "))
+}

@@ -1,0 +1,84 @@
+//! Agentry: agentic reinforcement learning experiments, compiled from a small language.
+//!
+//! An experiment is a `.arl` file declaring the tasks an agent trains on, the curriculum, the RL
+//! algorithm and the rollout pool. [`experiment!`] reads and checks it at build time and expands
+//! it into a type implementing [`Experiment`]; [`main`] runs that type with the command-line
+//! options every recipe shares:
+//!
+//! ```ignore
+//! agentry::experiment!("experiments/quickstart.arl");
+//!
+//! fn main() -> agentry::Result<()> {
+//!     agentry::main(Quickstart)
+//! }
+//! ```
+//!
+//! This crate is a facade: the language lives in [`dsl`] (`agentry-dsl`), the macro in
+//! `agentry-macros`, environments in [`env`] (`agentry-env`) and everything that trains in
+//! `agentry-runtime`, whose modules are re-exported here.
+
+pub use agentry_dsl as dsl;
+pub use agentry_macros::experiment;
+pub use agentry_runtime::*;
+
+/// The error type of [`main`] and the CLI: any error, with its chain of causes.
+pub type Result<T, E = anyhow::Error> = std::result::Result<T, E>;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Options every recipe accepts: `cargo run --release --example NAME -- [OPTIONS]`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct RunArgs {
+    /// Device to run on: auto, flex, wgpu, vulkan or cuda (overrides the file's `device`).
+    #[arg(long, value_parser = parse_device)]
+    pub device: Option<spec::Device>,
+    /// RL steps (overrides `train.steps`).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Root directory of run directories.
+    #[arg(long, default_value = "runs")]
+    pub out: PathBuf,
+    /// Hide the progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl RunArgs {
+    /// The runtime's options.
+    pub fn options(&self) -> RunOptions {
+        RunOptions {
+            device: self.device,
+            steps: self.steps,
+            out: self.out.clone(),
+            quiet: self.quiet,
+        }
+    }
+}
+
+fn parse_device(name: &str) -> Result<spec::Device, String> {
+    device::parse(name).map_err(|e| e.to_string())
+}
+
+#[derive(Parser)]
+#[command(about = "Runs this experiment.")]
+struct ExampleArgs {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Runs `experiment` with the options on the command line, printing progress and results.
+pub fn main(experiment: impl Experiment) -> Result<()> {
+    let args = ExampleArgs::parse();
+    run(&experiment, &args.run.options())?;
+    Ok(())
+}
+
+/// The generated Rust of an experiment file, pretty-printed as `agentry expand` shows it.
+pub fn expand_pretty(source: &str, path: &str) -> Result<String, dsl::diagnostics::Diagnostics> {
+    let tokens = dsl::expand_source(source, path)?;
+    let file = syn::parse_file(&tokens.to_string())
+        .expect("agentry-dsl generates syntactically valid Rust");
+    Ok(prettyplease::unparse(&file))
+}
