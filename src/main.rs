@@ -7,7 +7,11 @@ use agentry::{Interpreted, RunArgs};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "agentry", version, about = "Agentic RL experiments from .arl files.")]
+#[command(
+    name = "agentry",
+    version,
+    about = "Agentic RL experiments from .arl files."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -52,7 +56,11 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+            if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Command::Expand { file } => {
             let result = read(&file).and_then(|source| {
@@ -63,8 +71,8 @@ fn main() -> ExitCode {
         }
         Command::Run { file, run } => {
             let result = read(&file).and_then(|source| {
-                let spec = agentry::dsl::check(&source)
-                    .map_err(|d| d.render(&display(&file), &source))?;
+                let spec =
+                    agentry::dsl::check(&source).map_err(|d| d.render(&display(&file), &source))?;
                 agentry::run(&Interpreted(spec), &run.options())
                     .map(|_| ())
                     .map_err(|e| format!("error: {e}"))
@@ -75,7 +83,8 @@ fn main() -> ExitCode {
 }
 
 fn read(file: &Path) -> Result<String, String> {
-    std::fs::read_to_string(file).map_err(|e| format!("error: cannot read `{}`: {e}", display(file)))
+    std::fs::read_to_string(file)
+        .map_err(|e| format!("error: cannot read `{}`: {e}", display(file)))
 }
 
 fn display(file: &Path) -> String {

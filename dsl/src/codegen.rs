@@ -128,6 +128,17 @@ pub fn float(value: f64) -> TokenStream {
     }
 }
 
+/// A `Vec` literal as a function call rather than `vec![]`, so that pretty-printers format its
+/// elements (they leave macro bodies as raw tokens).
+fn vec(items: impl Iterator<Item = TokenStream>) -> TokenStream {
+    let items: Vec<TokenStream> = items.collect();
+    if items.is_empty() {
+        quote!(::std::vec::Vec::new())
+    } else {
+        quote!(::std::vec::Vec::from([#(#items),*]))
+    }
+}
+
 fn string(value: &str) -> TokenStream {
     quote!(::std::string::String::from(#value))
 }
@@ -172,8 +183,8 @@ fn experiment(spec: &Experiment) -> TokenStream {
         },
     );
     let model = model(&spec.model);
-    let tasks = spec.tasks.iter().map(task);
-    let stages = spec.curriculum.iter().map(stage);
+    let tasks = vec(spec.tasks.iter().map(task));
+    let stages = vec(spec.curriculum.iter().map(stage));
     let algorithm = algorithm(&spec.algorithm);
     let pool = pool(&spec.pool);
     let train = train(&spec.train);
@@ -185,8 +196,8 @@ fn experiment(spec: &Experiment) -> TokenStream {
             seed: #seed,
             device: #device,
             model: #model,
-            tasks: ::std::vec![#(#tasks),*],
-            curriculum: ::std::vec![#(#stages),*],
+            tasks: #tasks,
+            curriculum: #stages,
             algorithm: #algorithm,
             pool: #pool,
             train: #train,
@@ -202,6 +213,7 @@ fn model(model: &Model) -> TokenStream {
         Arch::Transformer(t) => {
             let (layers, d_model, heads) = (size(t.layers), size(t.d_model), size(t.heads));
             let (kv_heads, ffn, context) = (size(t.kv_heads), size(t.ffn), size(t.context));
+            let tie_embeddings = t.tie_embeddings;
             quote! {
                 ::agentry::spec::Arch::Transformer(::agentry::spec::TransformerArch {
                     layers: #layers,
@@ -210,6 +222,7 @@ fn model(model: &Model) -> TokenStream {
                     kv_heads: #kv_heads,
                     ffn: #ffn,
                     context: #context,
+                    tie_embeddings: #tie_embeddings,
                 })
             }
         }
@@ -286,14 +299,14 @@ fn stage(stage: &Stage) -> TokenStream {
         let m = Literal::u32_unsuffixed(*m);
         quote!(#m)
     });
-    let tasks = stage.tasks.iter().map(|t| string(t));
+    let tasks = vec(stage.tasks.iter().map(|t| string(t)));
     let difficulty = option(&stage.difficulty, difficulty);
     quote! {
         ::agentry::spec::Stage {
             name: #name,
             until: #until,
             max_turns: #max_turns,
-            tasks: ::std::vec![#(#tasks),*],
+            tasks: #tasks,
             difficulty: #difficulty,
         }
     }
@@ -516,8 +529,8 @@ fn eval(e: &Eval) -> TokenStream {
 }
 
 fn sweep(s: &Sweep) -> TokenStream {
-    let seeds = s.seeds.iter().map(|v| uint(*v));
-    let ablations = s.ablations.iter().map(|a| {
+    let seeds = vec(s.seeds.iter().map(|v| uint(*v)));
+    let ablations = vec(s.ablations.iter().map(|a| {
         let (path, value) = (string(&a.path), string(&a.value));
         let experiment = experiment(&a.experiment);
         quote! {
@@ -527,11 +540,11 @@ fn sweep(s: &Sweep) -> TokenStream {
                 experiment: ::std::boxed::Box::new(#experiment),
             }
         }
-    });
+    }));
     quote! {
         ::agentry::spec::Sweep {
-            seeds: ::std::vec![#(#seeds),*],
-            ablations: ::std::vec![#(#ablations),*],
+            seeds: #seeds,
+            ablations: #ablations,
         }
     }
 }

@@ -94,6 +94,9 @@ pub struct TransformerArch {
     pub ffn: usize,
     /// Maximum tokens in one trajectory, >= 16. Default 512.
     pub context: usize,
+    /// Whether the output layer reuses the token embedding. Default true: a tied head can
+    /// name tokens it has only read (entity names in a question), which small models need.
+    pub tie_embeddings: bool,
 }
 
 /// `value_head = none | shared | separate`.
@@ -465,6 +468,7 @@ pub struct Train {
 #[serde(rename_all = "snake_case")]
 pub enum Optimizer {
     /// AdamW with decoupled weight decay. The default (weight_decay 0.01).
+    #[serde(rename = "adamw")]
     AdamW {
         /// Decoupled weight decay, >= 0.
         weight_decay: f64,

@@ -26,18 +26,44 @@ pub fn experiment(input: TokenStream) -> TokenStream {
     let literal = syn::parse_macro_input!(input as syn::LitStr);
     match expand(&literal.value()) {
         Ok(tokens) => tokens.into(),
-        Err(message) => syn::Error::new(literal.span(), message)
-            .to_compile_error()
+        Err(messages) => messages
+            .into_iter()
+            .map(|message| syn::Error::new(literal.span(), message))
+            .reduce(|mut all, next| {
+                all.combine(next);
+                all
+            })
+            .map(|error| error.to_compile_error())
+            .unwrap_or_default()
             .into(),
     }
 }
 
-fn expand(relative: &str) -> Result<proc_macro2::TokenStream, String> {
-    let path = resolve(relative)?;
-    let source = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read experiment file `{}`: {e}", path.display()))?;
-    let generated = agentry_dsl::expand_source(&source, relative)
-        .map_err(|diagnostics| diagnostics.render(relative, &source))?;
+/// The generated code, or one message per error (each becomes its own compile error).
+fn expand(relative: &str) -> Result<proc_macro2::TokenStream, Vec<String>> {
+    let path = resolve(relative).map_err(|e| vec![e])?;
+    let source = std::fs::read_to_string(&path).map_err(|e| {
+        vec![format!(
+            "cannot read experiment file `{}`: {e}",
+            path.display()
+        )]
+    })?;
+    let generated = agentry_dsl::expand_source(&source, relative).map_err(|diagnostics| {
+        let mut sorted: Vec<_> = diagnostics.iter().collect();
+        sorted.sort_by_key(|d| d.span.start);
+        sorted
+            .into_iter()
+            .map(|d| {
+                // rustc prints its own `error: ` before the message.
+                let rendered = d.render(relative, &source);
+                rendered
+                    .strip_prefix("error: ")
+                    .unwrap_or(&rendered)
+                    .trim_end()
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+    })?;
     let absolute = path.to_string_lossy();
     Ok(quote! {
         #generated

@@ -108,7 +108,7 @@ pub struct RlRecord {
     pub groups_kept: usize,
     /// Whether the update was skipped because every advantage was zero.
     pub skipped: bool,
-    /// Wall-clock seconds of rollout and of the update.
+    /// Wall-clock seconds of the rollout.
     pub rollout_seconds: f64,
     /// Wall-clock seconds of the update.
     pub update_seconds: f64,
@@ -128,9 +128,7 @@ impl RunDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or_default();
-        let path = root
-            .join(experiment)
-            .join(format!("seed{seed}-{started}"));
+        let path = root.join(experiment).join(format!("seed{seed}-{started}"));
         std::fs::create_dir_all(&path).map_err(RunError::io(&path))?;
         let metrics_path = path.join("metrics.jsonl");
         let metrics = File::create(&metrics_path).map_err(RunError::io(&metrics_path))?;

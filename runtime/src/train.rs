@@ -10,11 +10,11 @@ use std::time::Instant;
 use agentry_dsl::spec::{self, AdvantageNorm, AlgorithmKind, Device, KlPlacement};
 use agentry_env::{Split, TaskGenerator};
 use burn::module::AutodiffModule;
+use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
-use burn::module::Module;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -88,8 +88,9 @@ pub struct RunSummary {
 /// The device is `options.device`, else the file's `device`, with `auto` resolved by
 /// [`device::resolve`].
 pub fn run(experiment: &dyn Experiment, options: &RunOptions) -> Result<RunSummary, RunError> {
-    let job = Job::new(experiment, options)?;
+    let mut job = Job::new(experiment, options)?;
     let device = device::resolve(options.device.unwrap_or(job.spec.device));
+    job.device_name = device::name(device).to_string();
     device::dispatch(device, job)?
 }
 
@@ -100,23 +101,31 @@ pub fn run_on<B: AutodiffBackend>(
     options: &RunOptions,
     device: B::Device,
 ) -> Result<RunSummary, RunError> {
-    Job::new(experiment, options)?.run::<B>(device)
+    let mut job = Job::new(experiment, options)?;
+    job.device_name = format!("{device:?}");
+    job.run::<B>(device)
 }
 
 /// Rejects, before any work, what the file may declare but this runtime cannot run yet.
 fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
     let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
     if !matches!(spec.model.arch, spec::Arch::Transformer(_)) {
-        return refuse("loading Hugging Face checkpoints (qwen2, llama) is not implemented yet; use `arch = transformer { ... }`");
+        return refuse(
+            "loading Hugging Face checkpoints (qwen2, llama) is not implemented yet; use `arch = transformer { ... }`",
+        );
     }
     if spec.algorithm.kind == AlgorithmKind::Ppo {
-        return refuse("ppo needs a critic, which is not implemented yet; use grpo, rloo or reinforce_pp");
+        return refuse(
+            "ppo needs a critic, which is not implemented yet; use grpo, rloo or reinforce_pp",
+        );
     }
     if spec.pool.mode == spec::PoolMode::Async {
         return refuse("`pool.mode = async` is not implemented yet; use `mode = sync`");
     }
     if spec.pool.cross_policy > 0.0 {
-        return refuse("cross-policy sampling (`pool.cross_policy > 0`) is not implemented yet; set it to 0");
+        return refuse(
+            "cross-policy sampling (`pool.cross_policy > 0`) is not implemented yet; set it to 0",
+        );
     }
     Ok(())
 }
@@ -125,6 +134,7 @@ struct Job {
     spec: spec::Experiment,
     tasks: Vec<Box<dyn TaskGenerator>>,
     options: RunOptions,
+    device_name: String,
 }
 
 impl Job {
@@ -139,6 +149,7 @@ impl Job {
             spec,
             tasks,
             options: options.clone(),
+            device_name: String::new(),
         })
     }
 }
@@ -175,6 +186,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             spec,
             tasks,
             options,
+            device_name,
         } = job;
         let spec::Arch::Transformer(arch) = &spec.model.arch else {
             unreachable!("checked by `unsupported`")
@@ -216,7 +228,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             })?;
         Ok(Trainer {
             context: arch.context,
-            device_name: format!("{device:?}"),
+            device_name,
             spec,
             tasks,
             chat,
@@ -242,6 +254,15 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.demos.len(),
             self.chat.tokenizer().vocab_size()
         ));
+        if let Some(sweep) = &self.spec.sweep {
+            out.println(format!(
+                "note: the sweep block ({} seeds, {} ablations) is checked but not expanded into \
+                 runs yet; this is the base configuration with seed {}",
+                sweep.seeds.len(),
+                sweep.ablations.len(),
+                self.spec.seed
+            ));
+        }
         let after_warmup = match self.spec.train.warmup {
             Some(warmup) => {
                 self.warmup(&warmup)?;
@@ -273,7 +294,12 @@ impl<B: AutodiffBackend> Trainer<B> {
                 ),
             );
             self.run_dir.record(&Record::Rl(Box::new(record)))?;
-            if self.spec.eval.every.is_some_and(|every| step % every == 0 && step < steps) {
+            if self
+                .spec
+                .eval
+                .every
+                .is_some_and(|every| step % every == 0 && step < steps)
+            {
                 let evaluation = self.evaluate(step, "periodic")?;
                 out.println(format!("step {step}: success {}", describe(&evaluation)));
             }
@@ -365,7 +391,13 @@ impl<B: AutodiffBackend> Trainer<B> {
         let groups = (self.spec.train.batch / group_size).max(1);
         let mut specs = Vec::with_capacity(groups * group_size);
         for group in 0..groups {
-            let spec = draw_spec(&self.curriculum, step - 1, Split::Train, group, &mut self.rng);
+            let spec = draw_spec(
+                &self.curriculum,
+                step - 1,
+                Split::Train,
+                group,
+                &mut self.rng,
+            );
             specs.extend(std::iter::repeat_n(spec, group_size));
         }
         let sampling = self.sampling(false);
@@ -399,7 +431,11 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.penalize_kl(&mut episodes);
         }
         let kept = filter_groups(&episodes, algorithm.filter);
-        record.groups_kept = kept.iter().map(|e| e.spec.group).collect::<std::collections::BTreeSet<_>>().len();
+        record.groups_kept = kept
+            .iter()
+            .map(|e| e.spec.group)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
         let episodes: Vec<Episode> = kept.into_iter().cloned().collect();
         let advantages = self.token_advantages(&episodes);
         record.agent_tokens = advantages.iter().map(Vec::len).sum();
@@ -467,14 +503,16 @@ impl<B: AutodiffBackend> Trainer<B> {
 
     /// Subtracts `coef * KL` of each episode's agent tokens from its reward.
     fn penalize_kl(&self, episodes: &mut [Episode]) {
-        let (Some(reference), Some(estimator)) = (&self.reference, self.spec.algorithm.kl.estimator)
+        let (Some(reference), Some(estimator)) =
+            (&self.reference, self.spec.algorithm.kl.estimator)
         else {
             return;
         };
         let coef = self.spec.algorithm.kl.coef;
         for episode in episodes.iter_mut() {
             let (tokens, mask) = self.sft_tensors::<B::InnerBackend>(&[&episode.transcript]);
-            let (ref_logprobs, _) = sequence_logprobs(reference, tokens, self.spec.train.temperature);
+            let (ref_logprobs, _) =
+                sequence_logprobs(reference, tokens, self.spec.train.temperature);
             let old = row_tensor::<B::InnerBackend>(&episode.logprobs[1..], &self.device);
             let kl = kl_estimate(old, ref_logprobs, estimator) * mask;
             episode.reward -= (f64::from(scalar(kl.sum())) * coef) as f32;
@@ -606,7 +644,10 @@ impl<B: AutodiffBackend> Trainer<B> {
         let path = self.run_dir.path().join(name);
         self.policy
             .clone()
-            .save_file(path.clone(), &NamedMpkFileRecorder::<FullPrecisionSettings>::new())
+            .save_file(
+                path.clone(),
+                &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+            )
             .map_err(|e| RunError::Io {
                 path,
                 source: std::io::Error::other(e.to_string()),
@@ -619,7 +660,12 @@ impl<B: AutodiffBackend> Trainer<B> {
         transcripts: &[&Transcript],
     ) -> (Tensor<C, 2, Int>, Tensor<C, 2>) {
         let device = &self.device;
-        let width = transcripts.iter().map(|t| t.tokens.len()).max().unwrap_or(2).max(2);
+        let width = transcripts
+            .iter()
+            .map(|t| t.tokens.len())
+            .max()
+            .unwrap_or(2)
+            .max(2);
         let pad = self.chat.tokenizer().pad();
         let mut tokens = Vec::with_capacity(transcripts.len() * width);
         let mut mask = Vec::with_capacity(transcripts.len() * (width - 1));
@@ -645,9 +691,18 @@ impl<B: AutodiffBackend> Trainer<B> {
         for (episode, token_adv) in episodes.iter().zip(advantages) {
             let mut next = token_adv.iter();
             for j in 1..width {
-                let agent = episode.transcript.agent_mask.get(j).copied().unwrap_or(false);
+                let agent = episode
+                    .transcript
+                    .agent_mask
+                    .get(j)
+                    .copied()
+                    .unwrap_or(false);
                 old.push(episode.logprobs.get(j).copied().unwrap_or(0.0));
-                adv.push(if agent { next.next().copied().unwrap_or(0.0) } else { 0.0 });
+                adv.push(if agent {
+                    next.next().copied().unwrap_or(0.0)
+                } else {
+                    0.0
+                });
             }
         }
         let n = episodes.len();
@@ -679,7 +734,10 @@ pub fn sequence_logprobs<B: Backend>(
     let logp = log_softmax(logits / temperature, 2);
     let targets = tokens.slice([0..n, 1..t]).unsqueeze_dim::<3>(2);
     let chosen = logp.clone().gather(2, targets).squeeze_dim::<2>(2);
-    let entropy = (logp.clone().exp() * logp).sum_dim(2).squeeze_dim::<2>(2).neg();
+    let entropy = (logp.clone().exp() * logp)
+        .sum_dim(2)
+        .squeeze_dim::<2>(2)
+        .neg();
     (chosen, entropy)
 }
 
@@ -718,13 +776,19 @@ fn filter_groups(episodes: &[Episode], filter: spec::Filter) -> Vec<&Episode> {
     };
     let mut groups: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     for e in episodes {
-        groups.entry(e.spec.group).or_default().push(f64::from(e.reward));
+        groups
+            .entry(e.spec.group)
+            .or_default()
+            .push(f64::from(e.reward));
     }
     let mut spread: Vec<(usize, f64)> = groups.iter().map(|(g, r)| (*g, std_dev(r))).collect();
     spread.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let count = ((spread.len() as f64 * keep).ceil() as usize).clamp(1, spread.len());
     let kept: Vec<usize> = spread[..count].iter().map(|(g, _)| *g).collect();
-    episodes.iter().filter(|e| kept.contains(&e.spec.group)).collect()
+    episodes
+        .iter()
+        .filter(|e| kept.contains(&e.spec.group))
+        .collect()
 }
 
 /// Unbiased standard deviation; 0 for fewer than two values.

@@ -68,10 +68,15 @@ fn transcript_layout_and_mask() {
         .map(|(t, _)| *t)
         .collect();
     assert_eq!(agent, generated);
-    assert!(t.agent_mask[before..before + generated.len()].iter().all(|m| *m));
-    assert!(tok.decode(&t.tokens).ends_with(
-        "<|assistant|>count(variable=\"#0\")<|end|><|tool|>3<|end|><|assistant|>"
-    ));
+    assert!(
+        t.agent_mask[before..before + generated.len()]
+            .iter()
+            .all(|m| *m)
+    );
+    assert!(
+        tok.decode(&t.tokens)
+            .ends_with("<|assistant|>count(variable=\"#0\")<|end|><|tool|>3<|end|><|assistant|>")
+    );
     assert_eq!(parse_call(&chat.agent_text(&generated)).unwrap(), call);
 }
 
@@ -84,7 +89,11 @@ fn cut_off_turn_gets_an_unmasked_end() {
     chat.push_observation(&mut t, "Error");
     let agent = t.agent_mask.iter().filter(|m| **m).count();
     assert_eq!(agent, partial.len());
-    assert!(chat.tokenizer().decode(&t.tokens).contains("count(vari<|end|><|tool|>Error"));
+    assert!(
+        chat.tokenizer()
+            .decode(&t.tokens)
+            .contains("count(vari<|end|><|tool|>Error")
+    );
 }
 
 fn json_leaf() -> impl Strategy<Value = Value> {
@@ -162,8 +171,15 @@ fn adversarial_calls() {
             .contains("expected `(` after `count`")
     );
     let huge = format!("count(variable=\"{}\")", "x".repeat(1_000_000));
-    assert_eq!(parse_call(&huge).unwrap().str_arg("variable").len(), 1_000_000);
-    let deep = format!("count(variable={}{})", "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(
+        parse_call(&huge).unwrap().str_arg("variable").len(),
+        1_000_000
+    );
+    let deep = format!(
+        "count(variable={}{})",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
     assert!(parse_call(&deep).is_err());
     let open = format!("count(variable={}", "[".repeat(100_000));
     assert!(parse_call(&open).is_err());

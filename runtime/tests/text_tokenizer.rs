@@ -53,9 +53,11 @@ fn frequent_pieces_are_single_tokens() {
     let tok = tokenizer();
     assert!(tok.vocab_size() <= 300);
     assert!(tok.vocab_size() > Special::COUNT + 256);
-    assert_eq!(tok.encode(" France").len(), 1);
+    // Words carry no leading space: a space is its own (byte) token.
+    assert_eq!(tok.encode("France").len(), 1);
+    assert_eq!(tok.encode(" France").len(), 2);
     assert_eq!(tok.encode("count").len(), 1);
-    assert_eq!(tok.encode(" capital of France").len(), 3);
+    assert_eq!(tok.encode("capital of France").len(), 5);
     // Unknown words fall back to bytes.
     assert_eq!(tok.encode("zzq").len(), 3);
 }
@@ -90,12 +92,22 @@ fn save_and_load() {
     assert_eq!(Tokenizer::load(&path).unwrap(), tok);
 
     std::fs::write(&path, "{not json").unwrap();
-    assert!(matches!(Tokenizer::load(&path), Err(TokenizerError::Json { .. })));
-    std::fs::write(&path, r#"{"format":"agentry-word-bytes-v1","pieces":["ab","ab"]}"#).unwrap();
+    assert!(matches!(
+        Tokenizer::load(&path),
+        Err(TokenizerError::Json { .. })
+    ));
+    std::fs::write(
+        &path,
+        r#"{"format":"agentry-word-bytes-v1","pieces":["ab","ab"]}"#,
+    )
+    .unwrap();
     let err = Tokenizer::load(&path).unwrap_err();
     assert!(err.to_string().contains("twice"), "{err}");
     std::fs::write(&path, r#"{"format":"other","pieces":[]}"#).unwrap();
-    assert!(matches!(Tokenizer::load(&path), Err(TokenizerError::Invalid { .. })));
+    assert!(matches!(
+        Tokenizer::load(&path),
+        Err(TokenizerError::Invalid { .. })
+    ));
     assert!(matches!(
         Tokenizer::load(dir.join("missing.json")),
         Err(TokenizerError::Io { .. })

@@ -119,7 +119,15 @@ impl Checker {
     }
 
     fn transformer(&mut self, body: &Block) -> Option<Arch> {
-        let keys = ["layers", "d_model", "heads", "kv_heads", "ffn", "context"];
+        let keys = [
+            "layers",
+            "d_model",
+            "heads",
+            "kv_heads",
+            "ffn",
+            "context",
+            "tie_embeddings",
+        ];
         let table = self.table(body, "transformer", &keys);
         let defaults = transformer_defaults();
         let size =
@@ -139,6 +147,10 @@ impl Checker {
             None => d_model.map(|d| d.saturating_mul(4)),
         };
         let context = size(self, "context", 16, defaults.context);
+        let tie_embeddings = match table.get("tie_embeddings") {
+            Some(v) => self.boolean("tie_embeddings", v),
+            None => Some(defaults.tie_embeddings),
+        };
         if let (Some(d), Some(h)) = (d_model, heads)
             && d % h != 0
         {
@@ -153,6 +165,20 @@ impl Checker {
                 .with_hint(format!(
                     "each head gets `d_model / heads` dimensions; try `d_model = {nearest}`"
                 )),
+            );
+        }
+        if let (Some(d), Some(h)) = (d_model, heads)
+            && d % h == 0
+            && (d / h) % 2 != 0
+        {
+            let span = table.get("d_model").or(table.get("heads")).map(|v| v.span);
+            self.error(
+                Diagnostic::new(
+                    span.unwrap_or(body.span),
+                    format!("the head width `d_model / heads` ({}) must be even", d / h),
+                    "odd head width",
+                )
+                .with_hint("rotary position embeddings rotate pairs of dimensions"),
             );
         }
         if let (Some(h), Some(kv)) = (heads, kv_heads)
@@ -178,6 +204,7 @@ impl Checker {
             kv_heads: kv_heads?,
             ffn: ffn?,
             context: context?,
+            tie_embeddings: tie_embeddings?,
         }))
     }
 }
@@ -191,5 +218,6 @@ fn transformer_defaults() -> TransformerArch {
         kv_heads: 4,
         ffn: 512,
         context: 512,
+        tie_embeddings: true,
     }
 }

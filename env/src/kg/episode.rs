@@ -264,8 +264,17 @@ fn list(what: &str, names: &[&str]) -> String {
 }
 
 /// Words of the non-error observations besides names, numbers and variables.
-pub(crate) const OBSERVATION_WORDS: &[&str] =
-    &["=", "count", "relations", "attributes", "none", "done"];
+pub(crate) const OBSERVATION_WORDS: &[&str] = &[
+    "=",
+    "count",
+    "relations",
+    "attributes",
+    "none",
+    "done",
+    "entities",
+    ":",
+    ",",
+];
 
 impl Environment for KgEnv {
     fn reset(&mut self) -> Reset {
@@ -275,8 +284,16 @@ impl Environment for KgEnv {
         self.answered = None;
         self.reward = 0.0;
         self.f1 = 0.0;
+        // As in AgentBench's KG task, the question is followed by the entities it names: the
+        // names the agent may pass as a `variable`.
+        let entities: Vec<&str> = self
+            .question
+            .entities()
+            .iter()
+            .map(|&e| self.world.name(e))
+            .collect();
         Reset {
-            instruction: self.question.text().to_string(),
+            instruction: format!("{} entities: {}", self.question.text(), entities.join(", ")),
             tools: tools::schemas(),
         }
     }

@@ -67,7 +67,7 @@ pub fn outcome_advantages(
 /// Normalizes token advantages to zero mean and unit variance within each key:
 /// `(a - mean_k) / (std_k + 1e-6)`, std unbiased. With the task index as key this is AgentRL's
 /// task advantage normalization; with one key for all tokens it is batch normalization.
-/// A key with a single token keeps std 1.
+/// A key with a single token is treated like a singleton group: mean 0, std 1.
 pub fn normalize_by_key(values: &mut [f32], keys: &[usize]) {
     let mut distinct: Vec<usize> = keys.to_vec();
     distinct.sort_unstable();
@@ -80,7 +80,7 @@ pub fn normalize_by_key(values: &mut [f32], keys: &[usize]) {
             .map(|(v, _)| f64::from(*v))
             .collect();
         let (mean, std) = if members.len() == 1 {
-            (members[0], 1.0)
+            (0.0, 1.0)
         } else {
             mean_std(&members)
         };
@@ -128,8 +128,8 @@ mod tests {
     #[test]
     fn grpo_uses_group_mean_and_unbiased_std() {
         // Group 0: rewards 1, 0, 0, 1 -> mean 0.5, unbiased std sqrt(1/3) = 0.57735.
-        let a = outcome_advantages(AlgorithmKind::Grpo, &[1.0, 0.0, 0.0, 1.0], &[0, 0, 0, 0])
-            .unwrap();
+        let a =
+            outcome_advantages(AlgorithmKind::Grpo, &[1.0, 0.0, 0.0, 1.0], &[0, 0, 0, 0]).unwrap();
         let z = 0.5 / (0.577_350_3 + 1e-6);
         close(&a, &[z as f32, -z as f32, -z as f32, z as f32]);
     }
@@ -137,7 +137,7 @@ mod tests {
     #[test]
     fn grpo_singleton_group_has_mean_zero_std_one() {
         let a = outcome_advantages(AlgorithmKind::Grpo, &[0.7, 1.0, 0.0], &[0, 1, 1]).unwrap();
-        let z = 0.5 / (0.707_106_8 + 1e-6);
+        let z = 0.5 / (std::f32::consts::FRAC_1_SQRT_2 + 1e-6);
         close(&a, &[0.7 / (1.0 + 1e-6), z as f32, -z as f32]);
     }
 

@@ -77,9 +77,7 @@ pub fn policy_loss<B: Backend>(
             .clamp(1.0 - config.clip.low, 1.0 + config.clip.high);
     let mut per_token = unclipped.clone().max_pair(clipped.clone());
     if let Some(c) = config.dual_clip {
-        let capped = per_token
-            .clone()
-            .min_pair(advantages.clone().neg() * c);
+        let capped = per_token.clone().min_pair(advantages.clone().neg() * c);
         let negative = advantages.clone().lower_elem(0.0);
         per_token = per_token.mask_where(negative, capped);
     }
@@ -97,8 +95,7 @@ pub fn policy_loss<B: Backend>(
         loss = loss + kl * coef;
     }
 
-    let low = (advantages.clone().lower_elem(0.0).float()
-        * ratio_below(&unclipped, &clipped))
+    let low = (advantages.clone().lower_elem(0.0).float() * ratio_below(&unclipped, &clipped))
         * mask.clone();
     let high = (advantages.greater_elem(0.0).float() * ratio_below(&unclipped, &clipped)) * mask;
     let stats = LossStats {
@@ -160,11 +157,7 @@ pub fn aggregate<B: Backend>(
 
 /// The value of a one-element tensor.
 pub fn scalar<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> f32 {
-    tensor
-        .into_data()
-        .iter::<f32>()
-        .next()
-        .unwrap_or(f32::NAN)
+    tensor.into_data().iter::<f32>().next().unwrap_or(f32::NAN)
 }
 
 #[cfg(test)]
@@ -178,12 +171,18 @@ mod tests {
     fn t(rows: &[&[f32]]) -> Tensor<B, 2> {
         let cols = rows[0].len();
         let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-        Tensor::from_data(TensorData::new(flat, [rows.len(), cols]), &Default::default())
+        Tensor::from_data(
+            TensorData::new(flat, [rows.len(), cols]),
+            &Default::default(),
+        )
     }
 
     fn config(aggregation: Aggregation) -> PolicyLossConfig {
         PolicyLossConfig {
-            clip: Clip { low: 0.2, high: 0.28 },
+            clip: Clip {
+                low: 0.2,
+                high: 0.28,
+            },
             dual_clip: None,
             aggregation,
             entropy_coef: 0.0,
@@ -191,7 +190,12 @@ mod tests {
         }
     }
 
-    fn input(logp: &[&[f32]], old: &[&[f32]], adv: &[&[f32]], mask: &[&[f32]]) -> PolicyLossInput<B> {
+    fn input(
+        logp: &[&[f32]],
+        old: &[&[f32]],
+        adv: &[&[f32]],
+        mask: &[&[f32]],
+    ) -> PolicyLossInput<B> {
         PolicyLossInput {
             logprobs: t(logp),
             old_logprobs: t(old),
@@ -256,10 +260,7 @@ mod tests {
         let mut cfg = config(Aggregation::TokenMean);
         cfg.dual_clip = Some(3.0);
         // ratio e^2 = 7.389 with A = -1: PPO term 7.389, dual clip caps at 3.
-        let (loss, _) = policy_loss(
-            input(&[&[2.0]], &[&[0.0]], &[&[-1.0]], &[&[1.0]]),
-            &cfg,
-        );
+        let (loss, _) = policy_loss(input(&[&[2.0]], &[&[0.0]], &[&[-1.0]], &[&[1.0]]), &cfg);
         assert!((scalar(loss) - 3.0).abs() < 1e-5);
         // With A = +1 the cap does not apply: max(-7.389, -1.28) = -1.28.
         let (loss, _) = policy_loss(input(&[&[2.0]], &[&[0.0]], &[&[1.0]], &[&[1.0]]), &cfg);

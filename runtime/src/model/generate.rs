@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use rand::Rng;
 
-use super::transformer::{LayerCache, Policy, Positions, rope_tables};
+use super::transformer::{LayerCache, Policy, Positions};
 
 /// How to sample.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,11 +32,11 @@ pub struct Sampling {
 pub struct Generation {
     /// The generated tokens, ending with the stop token when one was hit.
     pub tokens: Vec<u32>,
-    /// For each token, its log-probability under the distribution it was actually sampled
-    /// from: the logits divided by the temperature, restricted to the top-p nucleus and
-    /// renormalized. With temperature 1 and top-p 1 this is the policy's own log-probability
-    /// (as [`Policy::token_logprobs`] computes it). Greedy decoding records the log-probability
-    /// under the untempered (temperature 1) distribution.
+    /// For each token, its log-probability under the policy's tempered distribution
+    /// (`log_softmax(logits / temperature)`), the behaviour log-probability the loss's ratio is
+    /// taken against. Top-p decides which tokens may be drawn but does not renormalize this
+    /// value, so that a fresh token's ratio is exactly 1. With temperature 1 it equals
+    /// [`Policy::token_logprobs`]. Greedy decoding records the temperature-1 log-probability.
     pub logprobs: Vec<f32>,
 }
 
@@ -65,7 +65,7 @@ pub fn generate<B: Backend>(
         return out;
     }
     let device = policy.device();
-    let hd = policy.head_dim;
+    let heads = policy.heads();
     let vocab = policy.vocab;
 
     // Prefill: left-pad to the longest prompt.
@@ -84,24 +84,15 @@ pub fn generate<B: Backend>(
         }
     }
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, width]), &device);
-    let (cos, sin) = rope_tables::<B>(&positions, n, hd, &device);
     let any_pad = pads.iter().any(|&p| p > 0);
-    let pos = Positions {
-        cos,
-        sin,
-        mask: any_pad.then(|| {
-            Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [n, 1, width, width]), &device)
-        }),
-        causal: true,
-    };
-    let t0 = std::time::Instant::now();
+    let mask = any_pad.then(|| {
+        Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [n, 1, width, width]), &device)
+    });
+    let pos = Positions::new(&positions, n, heads, mask, true, &device);
     let mut caches: Vec<LayerCache<B>> = vec![None; policy.blocks.len()];
     let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
     let mut logits = last_logits(policy, hidden);
     let mut cache_len = width;
-    let _ = logits.clone().into_data();
-    eprintln!("prefill {:?}", t0.elapsed());
-    let mut ts = std::time::Duration::ZERO; let mut tf = std::time::Duration::ZERO;
 
     loop {
         // Sample one token for every active row.
@@ -110,7 +101,6 @@ pub fn generate<B: Backend>(
             .convert::<f32>()
             .into_vec::<f32>()
             .expect("f32 logits");
-        let t1 = std::time::Instant::now();
         let mut keep = Vec::with_capacity(rows.len());
         for (r, &i) in rows.iter().enumerate() {
             let (token, logprob) = sample(&data[r * vocab..(r + 1) * vocab], sampling, rng);
@@ -124,9 +114,7 @@ pub fn generate<B: Backend>(
                 keep.push(r);
             }
         }
-        ts += t1.elapsed();
         if keep.is_empty() {
-            eprintln!("sample {:?} decode {:?}", ts, tf);
             return out;
         }
         // Drop finished rows from the batch and the cache, and cache columns that are padding
@@ -173,64 +161,62 @@ pub fn generate<B: Backend>(
             .collect();
         let any_pad = pads.iter().any(|&p| p > 0);
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, 1]), &device);
-        let (cos, sin) = rope_tables::<B>(&positions, n, hd, &device);
-        let pos = Positions {
-            cos,
-            sin,
-            mask: any_pad.then(|| {
-                Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [n, 1, 1, kv_len]), &device)
-            }),
-            causal: false,
-        };
-        let t2 = std::time::Instant::now();
+        let mask = any_pad.then(|| {
+            Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [n, 1, 1, kv_len]), &device)
+        });
+        let pos = Positions::new(&positions, n, heads, mask, false, &device);
         let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
         logits = last_logits(policy, hidden);
-        let _ = logits.clone().into_data();
-        tf += t2.elapsed();
         cache_len = kv_len;
     }
 }
 
 /// The LM head on the last position: `[batch, vocab]`.
 fn last_logits<B: Backend>(policy: &Policy<B>, hidden: Tensor<B, 3>) -> Tensor<B, 2> {
-    let [b, t, d] = hidden.dims();
-    let last = hidden.narrow(1, t - 1, 1).reshape([b, d]);
-    policy.head.forward(last)
+    let [b, t, _] = hidden.dims();
+    let last = hidden.narrow(1, t - 1, 1);
+    policy.logits(last).reshape([b, policy.vocab])
 }
 
-/// Log-softmax of `logits / temperature` at every index, computed in f64.
-fn log_softmax(logits: &[f32], temperature: f64) -> Vec<f64> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64 / temperature;
-    let scaled: Vec<f64> = logits.iter().map(|&x| x as f64 / temperature - max).collect();
-    let log_z = scaled.iter().map(|x| x.exp()).sum::<f64>().ln();
-    scaled.into_iter().map(|x| x - log_z).collect()
+/// The maximum of `logits` and `ln(sum(exp((x - max) / temperature)))`, in f64.
+fn normalizer(logits: &[f32], temperature: f64) -> (f64, f64) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits
+        .iter()
+        .map(|&x| ((x as f64 - max) / temperature).exp())
+        .sum();
+    (max, sum.ln())
 }
 
 /// Picks a token from one row of logits; returns it with its log-probability (see
 /// [`Generation::logprobs`]).
 fn sample(logits: &[f32], sampling: &Sampling, rng: &mut impl Rng) -> (u32, f32) {
+    let last = logits.len() - 1;
     if sampling.greedy {
         let (best, _) = logits
             .iter()
             .enumerate()
-            .fold((0, f32::NEG_INFINITY), |acc, (i, &x)| {
-                if x > acc.1 { (i, x) } else { acc }
-            });
-        let logp = log_softmax(logits, 1.0);
-        return (best as u32, logp[best] as f32);
+            .fold(
+                (0, f32::NEG_INFINITY),
+                |acc, (i, &x)| {
+                    if x > acc.1 { (i, x) } else { acc }
+                },
+            );
+        let (max, log_z) = normalizer(logits, 1.0);
+        return (best as u32, (logits[best] as f64 - max - log_z) as f32);
     }
     let temperature = (sampling.temperature as f64).max(1e-6);
-    let logp = log_softmax(logits, temperature);
-    let top_p = sampling.top_p as f64;
-    if top_p < 1.0 {
-        let mut order: Vec<usize> = (0..logp.len()).collect();
-        order.sort_by(|&a, &b| logp[b].total_cmp(&logp[a]).then(a.cmp(&b)));
+    let (max, log_z) = normalizer(logits, temperature);
+    let logp = |i: usize| (logits[i] as f64 - max) / temperature - log_z;
+    if sampling.top_p < 1.0 {
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
         let mut mass = 0.0;
         let mut kept = 0;
         for &i in &order {
-            mass += logp[i].exp();
+            mass += logp(i).exp();
             kept += 1;
-            if mass >= top_p {
+            if mass >= sampling.top_p as f64 {
                 break;
             }
         }
@@ -239,25 +225,28 @@ fn sample(logits: &[f32], sampling: &Sampling, rng: &mut impl Rng) -> (u32, f32)
         let mut acc = 0.0;
         let mut choice = nucleus[kept - 1];
         for &i in nucleus {
-            acc += logp[i].exp();
+            acc += logp(i).exp();
             if u < acc {
                 choice = i;
                 break;
             }
         }
-        return (choice as u32, (logp[choice] - mass.ln()) as f32);
+        // The log-probability under the full tempered distribution, which is what the trainer
+        // recomputes; renormalizing over the nucleus would make fresh ratios differ from 1.
+        return (choice as u32, logp(choice) as f32);
     }
-    let u = rng.random::<f64>();
+    // Inverse CDF on unnormalized weights.
+    let u = rng.random::<f64>() * log_z.exp();
     let mut acc = 0.0;
-    let mut choice = logp.len() - 1;
-    for (i, lp) in logp.iter().enumerate() {
-        acc += lp.exp();
+    let mut choice = last;
+    for (i, &x) in logits.iter().enumerate() {
+        acc += ((x as f64 - max) / temperature).exp();
         if u < acc {
             choice = i;
             break;
         }
     }
-    (choice as u32, logp[choice] as f32)
+    (choice as u32, logp(choice) as f32)
 }
 
 #[cfg(test)]
@@ -284,12 +273,14 @@ mod tests {
     }
 
     #[test]
-    fn tiny_top_p_is_argmax_with_logprob_zero() {
+    fn tiny_top_p_is_argmax_with_its_full_logprob() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+        let (_, full) = sample(&[0.0, 3.0, 1.0], &cfg(true, 1.0), &mut rng);
         for _ in 0..20 {
             let (t, lp) = sample(&[0.0, 3.0, 1.0], &cfg(false, 0.01), &mut rng);
             assert_eq!(t, 1);
-            assert!(lp.abs() < 1e-6);
+            // Not renormalized over the nucleus: the trainer recomputes the full distribution.
+            assert!((lp - full).abs() < 1e-6);
         }
     }
 

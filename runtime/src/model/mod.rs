@@ -2,7 +2,7 @@
 //!
 //! Pre-norm decoder blocks (RMSNorm, causal multi-head attention with rotary position
 //! embeddings and optional grouped-query key/value heads, SwiGLU feed-forward), a final RMSNorm
-//! and an untied LM head. [`Policy::forward`] and [`Policy::token_logprobs`] serve training on
+//! and an LM head, tied to the token embedding by default. [`Policy::forward`] and [`Policy::token_logprobs`] serve training on
 //! right-padded batches; [`generate`] samples batches of continuations with a KV cache.
 
 mod generate;

@@ -32,6 +32,8 @@ pub struct PolicyConfig {
     pub ffn: usize,
     /// Longest sequence the policy handles (prompt plus generated tokens).
     pub context: usize,
+    /// Whether the LM head reuses the token embedding.
+    pub tie_embeddings: bool,
 }
 
 impl PolicyConfig {
@@ -45,6 +47,7 @@ impl PolicyConfig {
             kv_heads: arch.kv_heads,
             ffn: arch.ffn,
             context: arch.context,
+            tie_embeddings: arch.tie_embeddings,
         }
     }
 
@@ -67,19 +70,19 @@ impl PolicyConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("policy `{name}` must be positive"));
         }
-        if self.d_model % self.heads != 0 {
+        if !self.d_model.is_multiple_of(self.heads) {
             return Err(format!(
                 "d_model {} is not a multiple of heads {}",
                 self.d_model, self.heads
             ));
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(format!(
                 "kv_heads {} does not divide heads {}",
                 self.kv_heads, self.heads
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(format!(
                 "head width d_model / heads = {} must be even for rotary embeddings",
                 self.head_dim()
@@ -111,19 +114,17 @@ impl PolicyConfig {
         let blocks = (0..self.layers)
             .map(|_| DecoderBlock {
                 attn_norm: RmsNormConfig::new(self.d_model).init(device),
-                qkv: linear(
-                    self.d_model,
-                    (self.heads + 2 * self.kv_heads) * hd,
-                    INIT_STD,
-                ),
+                q: linear(self.d_model, self.heads * hd, INIT_STD),
+                k: linear(self.d_model, self.kv_heads * hd, INIT_STD),
+                v: linear(self.d_model, self.kv_heads * hd, INIT_STD),
                 out: linear(self.heads * hd, self.d_model, out_std),
                 ffn_norm: RmsNormConfig::new(self.d_model).init(device),
-                gate_up: linear(self.d_model, 2 * self.ffn, INIT_STD),
+                gate: linear(self.d_model, self.ffn, INIT_STD),
+                up: linear(self.d_model, self.ffn, INIT_STD),
                 down: linear(self.ffn, self.d_model, out_std),
                 heads: self.heads,
                 kv_heads: self.kv_heads,
                 head_dim: hd,
-                ffn: self.ffn,
             })
             .collect();
         Policy {
@@ -132,7 +133,7 @@ impl PolicyConfig {
                 .init(device),
             blocks,
             norm: RmsNormConfig::new(self.d_model).init(device),
-            head: linear(self.d_model, self.vocab, INIT_STD),
+            head: (!self.tie_embeddings).then(|| linear(self.d_model, self.vocab, INIT_STD)),
             vocab: self.vocab,
             context: self.context,
             head_dim: hd,
@@ -145,14 +146,20 @@ impl PolicyConfig {
 pub struct DecoderBlock<B: Backend> {
     /// Norm before attention.
     pub attn_norm: RmsNorm<B>,
-    /// Fused query, key and value projection: `heads + 2 * kv_heads` head-wide outputs.
-    pub qkv: Linear<B>,
+    /// Query projection (`heads * head_dim` outputs).
+    pub q: Linear<B>,
+    /// Key projection (`kv_heads * head_dim` outputs).
+    pub k: Linear<B>,
+    /// Value projection (`kv_heads * head_dim` outputs).
+    pub v: Linear<B>,
     /// Attention output projection.
     pub out: Linear<B>,
     /// Norm before the feed-forward.
     pub ffn_norm: RmsNorm<B>,
-    /// Fused SwiGLU gate and up projection (`2 * ffn` outputs: gate, then up).
-    pub gate_up: Linear<B>,
+    /// SwiGLU gate projection.
+    pub gate: Linear<B>,
+    /// SwiGLU up projection.
+    pub up: Linear<B>,
     /// Feed-forward down projection.
     pub down: Linear<B>,
     /// Query heads.
@@ -161,55 +168,80 @@ pub struct DecoderBlock<B: Backend> {
     pub kv_heads: usize,
     /// Width of one head.
     pub head_dim: usize,
-    /// Feed-forward width.
-    pub ffn: usize,
 }
 
 /// Keys and values of one block for the tokens seen so far: `[batch, kv_heads, len, head_dim]`.
 pub(crate) type LayerCache<B> = Option<(Tensor<B, 4>, Tensor<B, 4>)>;
 
 /// Rotary tables and masks for one forward call.
+///
+/// The tables have the full shape of the queries and keys (`[batch, len, heads, head_dim]`):
+/// broadcasting element-wise ops are much slower than same-shape ones on CPU backends.
 pub(crate) struct Positions<B: Backend> {
-    /// `[batch or 1, 1, len, head_dim]`.
-    pub cos: Tensor<B, 4>,
-    /// `[batch or 1, 1, len, head_dim]`.
-    pub sin: Tensor<B, 4>,
+    /// Cosines for the queries.
+    pub cos_q: Tensor<B, 4>,
+    /// Sines for the queries.
+    pub sin_q: Tensor<B, 4>,
+    /// Cosines for the keys (the query tables when `kv_heads == heads`).
+    pub cos_k: Tensor<B, 4>,
+    /// Sines for the keys.
+    pub sin_k: Tensor<B, 4>,
     /// `[batch, 1, len, kv_len]`, `true` where a key must be ignored.
     pub mask: Option<Tensor<B, 4, Bool>>,
     /// Whether queries may not see later keys (prefill), aligned at the bottom-right.
     pub causal: bool,
 }
 
-/// Rotary tables for explicit position ids: `rows` rows of `len` positions each.
-pub(crate) fn rope_tables<B: Backend>(
-    positions: &[usize],
-    rows: usize,
-    head_dim: usize,
-    device: &B::Device,
-) -> (Tensor<B, 4>, Tensor<B, 4>) {
-    let half = head_dim / 2;
-    let len = positions.len() / rows.max(1);
-    let mut cos = Vec::with_capacity(positions.len() * head_dim);
-    let mut sin = Vec::with_capacity(positions.len() * head_dim);
-    let inv: Vec<f64> = (0..half)
-        .map(|i| ROPE_THETA.powf(-((2 * i) as f64) / head_dim as f64))
-        .collect();
-    for &p in positions {
-        for _ in 0..2 {
-            for f in &inv {
-                let angle = p as f64 * f;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
+impl<B: Backend> Positions<B> {
+    /// Rotary tables for explicit position ids (`rows` rows of `positions.len() / rows` ids
+    /// each), plus the key mask and causality.
+    pub(crate) fn new(
+        positions: &[usize],
+        rows: usize,
+        policy_heads: (usize, usize, usize),
+        mask: Option<Tensor<B, 4, Bool>>,
+        causal: bool,
+        device: &B::Device,
+    ) -> Self {
+        let (heads, kv_heads, head_dim) = policy_heads;
+        let half = head_dim / 2;
+        let len = positions.len() / rows.max(1);
+        let inv: Vec<f64> = (0..half)
+            .map(|i| ROPE_THETA.powf(-((2 * i) as f64) / head_dim as f64))
+            .collect();
+        let table = |heads: usize, f: fn(f64) -> f64| {
+            let mut out = Vec::with_capacity(positions.len() * heads * head_dim);
+            let mut row = Vec::with_capacity(head_dim);
+            for &p in positions {
+                row.clear();
+                for _ in 0..2 {
+                    row.extend(inv.iter().map(|w| f(p as f64 * w) as f32));
+                }
+                for _ in 0..heads {
+                    out.extend_from_slice(&row);
+                }
             }
+            Tensor::<B, 4>::from_data(TensorData::new(out, [rows, len, heads, head_dim]), device)
+        };
+        let cos_q = table(heads, f64::cos);
+        let sin_q = table(heads, f64::sin);
+        let (cos_k, sin_k) = if kv_heads == heads {
+            (cos_q.clone(), sin_q.clone())
+        } else {
+            (table(kv_heads, f64::cos), table(kv_heads, f64::sin))
+        };
+        Positions {
+            cos_q,
+            sin_q,
+            cos_k,
+            sin_k,
+            mask,
+            causal,
         }
     }
-    let shape = [rows, 1, len, head_dim];
-    (
-        Tensor::from_data(TensorData::new(cos, shape), device),
-        Tensor::from_data(TensorData::new(sin, shape), device),
-    )
 }
 
+/// Rotary embedding, rotate-half convention, on `[batch, len, heads, head_dim]`.
 fn rotate<B: Backend>(x: Tensor<B, 4>, cos: &Tensor<B, 4>, sin: &Tensor<B, 4>) -> Tensor<B, 4> {
     let hd = x.dims()[3];
     let half = hd / 2;
@@ -228,16 +260,13 @@ impl<B: Backend> DecoderBlock<B> {
     ) -> Tensor<B, 3> {
         let [b, t, _] = x.dims();
         let (h, kvh, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let qkv = self.qkv.forward(self.attn_norm.forward(x.clone()));
-        let split = |start: usize, n: usize| {
-            qkv.clone()
-                .narrow(2, start * hd, n * hd)
-                .reshape([b, t, n, hd])
-                .swap_dims(1, 2)
-        };
-        let q = rotate(split(0, h), &pos.cos, &pos.sin);
-        let mut k = rotate(split(h, kvh), &pos.cos, &pos.sin);
-        let mut v = split(h + kvh, kvh);
+        let normed = self.attn_norm.forward(x.clone());
+        let q = self.q.forward(normed.clone()).reshape([b, t, h, hd]);
+        let k = self.k.forward(normed.clone()).reshape([b, t, kvh, hd]);
+        let v = self.v.forward(normed).reshape([b, t, kvh, hd]);
+        let q = rotate(q, &pos.cos_q, &pos.sin_q).swap_dims(1, 2);
+        let mut k = rotate(k, &pos.cos_k, &pos.sin_k).swap_dims(1, 2);
+        let mut v = v.swap_dims(1, 2);
         if let Some(cache) = cache {
             if let Some((pk, pv)) = cache.take() {
                 k = Tensor::cat(vec![pk, k], 2);
@@ -269,10 +298,9 @@ impl<B: Backend> DecoderBlock<B> {
             .swap_dims(1, 2)
             .reshape([b, t, h * hd]);
         let x = x + self.out.forward(attn);
-        let gu = self.gate_up.forward(self.ffn_norm.forward(x.clone()));
-        let gate = gu.clone().narrow(2, 0, self.ffn);
-        let up = gu.narrow(2, self.ffn, self.ffn);
-        x.clone() + self.down.forward(silu(gate) * up)
+        let normed = self.ffn_norm.forward(x.clone());
+        let gate = silu(self.gate.forward(normed.clone()));
+        x + self.down.forward(gate * self.up.forward(normed))
     }
 }
 
@@ -285,8 +313,8 @@ pub struct Policy<B: Backend> {
     pub blocks: Vec<DecoderBlock<B>>,
     /// Final norm.
     pub norm: RmsNorm<B>,
-    /// LM head (untied from the embedding).
-    pub head: Linear<B>,
+    /// LM head; `None` when tied to the embedding (logits are `hidden · embedᵀ`).
+    pub head: Option<Linear<B>>,
     /// Vocabulary size.
     pub vocab: usize,
     /// Longest sequence handled.
@@ -296,9 +324,15 @@ pub struct Policy<B: Backend> {
 }
 
 impl<B: Backend> Policy<B> {
+    /// Query heads, key/value heads and head width.
+    pub(crate) fn heads(&self) -> (usize, usize, usize) {
+        let block = &self.blocks[0];
+        (block.heads, block.kv_heads, block.head_dim)
+    }
+
     /// The device holding the weights.
     pub fn device(&self) -> B::Device {
-        self.head.weight.val().device()
+        self.embed.weight.val().device()
     }
 
     /// Runs the blocks with explicit positions and optional caches; returns the final-normed
@@ -320,15 +354,9 @@ impl<B: Backend> Policy<B> {
     /// Final-normed hidden states `[batch, len, d_model]` of a right-padded batch (a value
     /// head can read these).
     pub fn hidden_states(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        let [_, t] = tokens.dims();
-        let positions: Vec<usize> = (0..t).collect();
-        let (cos, sin) = rope_tables::<B>(&positions, 1, self.head_dim, &tokens.device());
-        let pos = Positions {
-            cos,
-            sin,
-            mask: None,
-            causal: true,
-        };
+        let [b, t] = tokens.dims();
+        let positions: Vec<usize> = (0..b).flat_map(|_| 0..t).collect();
+        let pos = Positions::new(&positions, b, self.heads(), None, true, &tokens.device());
         self.hidden_with(tokens, &pos, None)
     }
 
@@ -336,7 +364,22 @@ impl<B: Backend> Policy<B> {
     /// `i + 1`. Batches are right-padded: with the causal mask, padding never changes the
     /// logits of the real tokens before it.
     pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        self.head.forward(self.hidden_states(tokens))
+        self.logits(self.hidden_states(tokens))
+    }
+
+    /// Logits of final-normed hidden states `[batch, len, d_model]`.
+    pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        match &self.head {
+            Some(head) => head.forward(hidden),
+            None => {
+                let [b, t, d] = hidden.dims();
+                let table = self.embed.weight.val().transpose();
+                hidden
+                    .reshape([b * t, d])
+                    .matmul(table)
+                    .reshape([b, t, self.vocab])
+            }
+        }
     }
 
     /// For predicting `tokens[:, 1..]`: the log-probability of each next token and the entropy
@@ -349,7 +392,10 @@ impl<B: Backend> Policy<B> {
         let logp = log_softmax(logits, 2);
         let targets = tokens.narrow(1, 1, t - 1).reshape([b, t - 1, 1]);
         let chosen = logp.clone().gather(2, targets).reshape([b, t - 1]);
-        let entropy = (logp.clone().exp() * logp).sum_dim(2).neg().reshape([b, t - 1]);
+        let entropy = (logp.clone().exp() * logp)
+            .sum_dim(2)
+            .neg()
+            .reshape([b, t - 1]);
         (chosen, entropy)
     }
 }

@@ -38,7 +38,8 @@ impl Transcript {
 
     fn push(&mut self, tokens: &[u32], agent: bool) {
         self.tokens.extend_from_slice(tokens);
-        self.agent_mask.extend(std::iter::repeat_n(agent, tokens.len()));
+        self.agent_mask
+            .extend(std::iter::repeat_n(agent, tokens.len()));
     }
 }
 
@@ -82,7 +83,10 @@ impl ChatFormat {
     pub fn begin(&self, reset: &Reset) -> Transcript {
         let mut t = Transcript::default();
         t.push(&[Special::System.id()], false);
-        t.push(&self.tokenizer.encode(&Self::system_text(&reset.tools)), false);
+        t.push(
+            &self.tokenizer.encode(&Self::system_text(&reset.tools)),
+            false,
+        );
         t.push(&[Special::End.id(), Special::User.id()], false);
         t.push(&self.tokenizer.encode(&reset.instruction), false);
         t.push(&[Special::End.id(), Special::Assistant.id()], false);
@@ -309,7 +313,10 @@ mod tests {
 
     #[test]
     fn renders_and_parses() {
-        let call = ToolCall::new("get_neighbors", [("variable", json!("#0")), ("n", json!(3))]);
+        let call = ToolCall::new(
+            "get_neighbors",
+            [("variable", json!("#0")), ("n", json!(3))],
+        );
         let text = render_call(&call);
         assert_eq!(parse_call(&text).unwrap(), call);
         assert_eq!(parse_call("finish_action()").unwrap().name, "finish_action");
@@ -320,11 +327,31 @@ mod tests {
 
     #[test]
     fn errors_are_helpful() {
-        assert!(parse_call("count").unwrap_err().contains("`(` after `count`"));
+        assert!(
+            parse_call("count")
+                .unwrap_err()
+                .contains("`(` after `count`")
+        );
         assert!(parse_call("count(x=1, x=2)").unwrap_err().contains("twice"));
-        assert!(parse_call("count(x=\"a)").unwrap_err().contains("unterminated"));
-        assert!(parse_call("count(x=1) more").unwrap_err().contains("after the call"));
-        assert!(parse_call("count(\"a\")").unwrap_err().contains("argument name"));
-        assert!(parse_call("count(x=abc)").unwrap_err().contains("JSON literal"));
+        assert!(
+            parse_call("count(x=\"a)")
+                .unwrap_err()
+                .contains("unterminated")
+        );
+        assert!(
+            parse_call("count(x=1) more")
+                .unwrap_err()
+                .contains("after the call")
+        );
+        assert!(
+            parse_call("count(\"a\")")
+                .unwrap_err()
+                .contains("argument name")
+        );
+        assert!(
+            parse_call("count(x=abc)")
+                .unwrap_err()
+                .contains("JSON literal")
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! A word-level tokenizer with byte fallback.
 //!
-//! Text is pre-tokenized into pieces: runs of `[A-Za-z0-9_#.]` (with one leading space attached
-//! when there is one), whitespace runs, and single other characters. The vocabulary is the
+//! Text is pre-tokenized into pieces: runs of `[A-Za-z0-9_#.]`, whitespace runs, and single other
+//! characters. Words carry no leading space, so a word reads the same in a question (`who
+//! directed kavoren ?`) and in a call (`variable="kavoren"`): copying it is copying one token,
+//! which a small policy learns; a space-prefixed word would be a different token. The vocabulary is the
 //! special tokens, the 256 bytes, and the most frequent multi-byte pieces of a training corpus.
 //! A known piece encodes to its id; any other piece encodes to its UTF-8 bytes, so
 //! `decode(encode(s)) == s` for every string. Special tokens are never produced from plain text.
@@ -122,17 +124,9 @@ pub(crate) fn pre_tokenize(text: &str) -> impl Iterator<Item = &str> {
         let (_, first) = chars.next()?;
         let end = if is_word(first) {
             rest.find(|c: char| !is_word(c)).unwrap_or(rest.len())
-        } else if first == ' ' && rest[1..].starts_with(is_word) {
-            1 + rest[1..].find(|c: char| !is_word(c)).unwrap_or(rest.len() - 1)
         } else if first.is_whitespace() {
-            let mut end = rest
-                .find(|c: char| !c.is_whitespace())
-                .unwrap_or(rest.len());
-            // Leave a final space to lead the following word.
-            if end > 1 && rest[..end].ends_with(' ') && rest[end..].starts_with(is_word) {
-                end -= 1;
-            }
-            end
+            rest.find(|c: char| !c.is_whitespace())
+                .unwrap_or(rest.len())
         } else {
             first.len_utf8()
         };
@@ -294,7 +288,8 @@ mod tests {
         let text = "get_neighbors(#0, \"people.person\")  hi  there\n\tx é";
         let pieces: Vec<&str> = pre_tokenize(text).collect();
         assert_eq!(pieces.concat(), text);
-        assert!(pieces.contains(&" there"));
+        assert!(pieces.contains(&"there"));
+        assert!(pieces.contains(&"  "));
         assert!(pieces.contains(&"get_neighbors"));
         assert!(pieces.contains(&"people.person"));
     }

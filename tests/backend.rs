@@ -1,0 +1,142 @@
+//! Training runs for real on each backend compiled in: flex always, and with `--features wgpu`
+//! the wgpu adapter of kind CPU (Mesa's lavapipe on a machine without a GPU).
+
+use agentry::{Interpreted, RunOptions, RunSummary};
+use burn::backend::Autodiff;
+
+/// A tiny experiment: a few warm-up steps and two RL steps.
+const TINY: &str = r#"
+experiment tiny {
+    seed = 3
+    model policy { arch = transformer { layers = 1, d_model = 32, heads = 2, ffn = 64, context = 128 } }
+    task kg { env = kg, max_turns = 3, difficulty = 1 }
+    algorithm grpo { group_size = 4, kl = low_var_kl(0.01), entropy = 0.001, sft = constant(0.1) }
+    train {
+        steps = 2, batch = 8, lr = 1e-3, max_new_tokens = 16
+        warmup = sft { steps = 3, demonstrations = 16, batch = 4 }
+    }
+    eval { episodes = 4 }
+}
+"#;
+
+/// burn seeds weight initialization through a per-backend global RNG, so runs in one process
+/// must not overlap; the test harness runs tests on several threads.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn options(dir: &tempdir::Dir) -> RunOptions {
+    RunOptions {
+        out: dir.path().to_path_buf(),
+        quiet: true,
+        ..RunOptions::default()
+    }
+}
+
+fn check_run(summary: &RunSummary) {
+    assert_eq!(summary.steps, 2);
+    let metrics = std::fs::read_to_string(summary.run_dir.join("metrics.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every metrics line is JSON"))
+        .collect();
+    let phases: Vec<&str> = lines.iter().map(|l| l["phase"].as_str().unwrap()).collect();
+    assert_eq!(phases, ["sft", "sft", "sft", "eval", "rl", "rl", "eval"]);
+    for line in &lines {
+        if let Some(loss) = line.get("loss") {
+            assert!(loss.as_f64().is_some_and(f64::is_finite), "{line}");
+        }
+    }
+    for file in [
+        "experiment.json",
+        "tokenizer.json",
+        "summary.json",
+        "policy.mpk",
+    ] {
+        assert!(summary.run_dir.join(file).is_file(), "{file} missing");
+    }
+}
+
+#[test]
+fn trains_on_flex() {
+    let _serial = serial();
+    let spec = agentry::dsl::check(TINY).unwrap();
+    let dir = tempdir::Dir::new("flex");
+    let summary = agentry::train::run_on::<Autodiff<burn::backend::Flex>>(
+        &Interpreted(spec),
+        &options(&dir),
+        Default::default(),
+    )
+    .unwrap();
+    check_run(&summary);
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn trains_on_wgpu_cpu_adapter() {
+    let _serial = serial();
+    use burn::backend::wgpu::WgpuDevice;
+    let spec = agentry::dsl::check(TINY).unwrap();
+    let dir = tempdir::Dir::new("wgpu");
+    let summary = agentry::train::run_on::<Autodiff<burn::backend::Wgpu>>(
+        &Interpreted(spec),
+        &options(&dir),
+        WgpuDevice::Cpu,
+    )
+    .unwrap();
+    check_run(&summary);
+}
+
+#[test]
+fn same_seed_same_run() {
+    let _serial = serial();
+    let spec = agentry::dsl::check(TINY).unwrap();
+    let metrics = |name: &str| {
+        let dir = tempdir::Dir::new(name);
+        let summary = agentry::run(&Interpreted(spec.clone()), &options(&dir)).unwrap();
+        let text = std::fs::read_to_string(summary.run_dir.join("metrics.jsonl")).unwrap();
+        // Wall-clock times differ between runs; everything else must not.
+        text.lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("rollout_seconds");
+                    o.remove("update_seconds");
+                }
+                v
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(metrics("a"), metrics("b"));
+}
+
+mod tempdir {
+    use std::path::{Path, PathBuf};
+
+    /// A directory under the target dir, removed when dropped.
+    pub struct Dir(PathBuf);
+
+    impl Dir {
+        pub fn new(name: &str) -> Self {
+            let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("backend-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
+            Dir(path)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

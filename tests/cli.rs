@@ -1,0 +1,86 @@
+//! The `agentry` command line: check, expand and run, on real files.
+
+use std::process::Command;
+
+fn agentry(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the agentry binary runs")
+}
+
+#[test]
+fn check_accepts_every_recipe() {
+    let out = agentry(&["check", "experiments/quickstart.arl"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "experiments/quickstart.arl: ok\n"
+    );
+}
+
+#[test]
+fn check_reports_every_error_with_its_location_and_exits_1() {
+    let out = agentry(&["check", "tests/ui/many_errors.arl"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "--> tests/ui/many_errors.arl:5:21",
+        "unknown environment `webshp`",
+        "--> tests/ui/many_errors.arl:6:22",
+        "did you mean `group_size`?",
+        "--> tests/ui/many_errors.arl:7:21",
+        "`steps` must be at least 1",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing `{expected}` in:\n{stderr}"
+        );
+    }
+    assert!(stderr.contains('^'), "no caret in:\n{stderr}");
+}
+
+#[test]
+fn check_of_several_files_reports_each_and_fails_if_any_fails() {
+    let out = agentry(&[
+        "check",
+        "experiments/quickstart.arl",
+        "tests/ui/unknown_key.arl",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("quickstart.arl: ok"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tests/ui/unknown_key.arl:6:22"));
+}
+
+#[test]
+fn check_of_a_missing_file_is_an_error_not_a_panic() {
+    let out = agentry(&["check", "experiments/nope.arl"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read `experiments/nope.arl`"));
+}
+
+#[test]
+fn expand_prints_the_generated_experiment_type() {
+    let out = agentry(&["expand", "experiments/quickstart.arl"]);
+    assert!(out.status.success());
+    let code = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        code.contains("impl ::agentry::Experiment for Quickstart"),
+        "{code}"
+    );
+    syn::parse_file(&code).expect("expand prints valid Rust");
+}
+
+#[test]
+fn run_refuses_files_that_name_rust_types() {
+    let out = agentry(&["run", "tests/ui/missing_user_type.arl", "--quiet"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("task `maze`"), "{stderr}");
+    assert!(stderr.contains("agentry::experiment!"), "{stderr}");
+}

@@ -1,0 +1,3 @@
+agentry::experiment!("clip_reversed.arl");
+
+fn main() {}

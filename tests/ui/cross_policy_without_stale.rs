@@ -1,0 +1,3 @@
+agentry::experiment!("cross_policy_without_stale.arl");
+
+fn main() {}

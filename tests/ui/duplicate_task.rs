@@ -1,0 +1,3 @@
+agentry::experiment!("duplicate_task.arl");
+
+fn main() {}

@@ -1,0 +1,3 @@
+agentry::experiment!("group_size_too_small.arl");
+
+fn main() {}

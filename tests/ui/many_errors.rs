@@ -1,0 +1,3 @@
+agentry::experiment!("many_errors.arl");
+
+fn main() {}

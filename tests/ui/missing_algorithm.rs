@@ -1,0 +1,3 @@
+agentry::experiment!("missing_algorithm.arl");
+
+fn main() {}

@@ -1,0 +1,3 @@
+agentry::experiment!("no_such_experiment.arl");
+
+fn main() {}

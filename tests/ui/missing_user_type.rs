@@ -1,0 +1,3 @@
+agentry::experiment!("missing_user_type.arl");
+
+fn main() {}

@@ -1,0 +1,3 @@
+agentry::experiment!("out_of_range.arl");
+
+fn main() {}

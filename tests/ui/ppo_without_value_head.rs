@@ -1,0 +1,3 @@
+agentry::experiment!("ppo_without_value_head.arl");
+
+fn main() {}

@@ -1,0 +1,3 @@
+agentry::experiment!("syntax_error.arl");
+
+fn main() {}

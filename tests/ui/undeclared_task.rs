@@ -1,0 +1,3 @@
+agentry::experiment!("undeclared_task.arl");
+
+fn main() {}

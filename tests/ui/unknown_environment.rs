@@ -1,0 +1,3 @@
+agentry::experiment!("unknown_environment.arl");
+
+fn main() {}

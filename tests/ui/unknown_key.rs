@@ -1,0 +1,3 @@
+agentry::experiment!("unknown_key.arl");
+
+fn main() {}

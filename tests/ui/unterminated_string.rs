@@ -1,0 +1,3 @@
+agentry::experiment!("unterminated_string.arl");
+
+fn main() {}

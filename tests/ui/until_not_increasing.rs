@@ -1,0 +1,3 @@
+agentry::experiment!("until_not_increasing.arl");
+
+fn main() {}

@@ -1,0 +1,3 @@
+agentry::experiment!("wrong_type.arl");
+
+fn main() {}
