@@ -138,7 +138,7 @@ mod tests {
     fn grpo_singleton_group_has_mean_zero_std_one() {
         let a = outcome_advantages(AlgorithmKind::Grpo, &[0.7, 1.0, 0.0], &[0, 1, 1]).unwrap();
         let z = 0.5 / (std::f32::consts::FRAC_1_SQRT_2 + 1e-6);
-        close(&a, &[0.7 / (1.0 + 1e-6), z as f32, -z as f32]);
+        close(&a, &[0.7 / (1.0 + 1e-6), z, -z]);
     }
 
     #[test]
