@@ -61,34 +61,24 @@ fn check_run(summary: &RunSummary) {
     }
 }
 
-#[test]
-fn trains_on_flex() {
+/// Runs the tiny experiment on backend `B` and checks what it wrote.
+fn trains_on<B: burn::tensor::backend::AutodiffBackend>(name: &str, device: B::Device) {
     let _serial = serial();
     let spec = agentry::dsl::check(TINY).unwrap();
-    let dir = tempdir::Dir::new("flex");
-    let summary = agentry::train::run_on::<Autodiff<burn::backend::Flex>>(
-        &Interpreted(spec),
-        &options(&dir),
-        Default::default(),
-    )
-    .unwrap();
+    let dir = tempdir::Dir::new(name);
+    let summary = agentry::train::run_on::<B>(&Interpreted(spec), &options(&dir), device).unwrap();
     check_run(&summary);
+}
+
+#[test]
+fn trains_on_flex() {
+    trains_on::<Autodiff<burn::backend::Flex>>("flex", Default::default());
 }
 
 #[cfg(feature = "wgpu")]
 #[test]
 fn trains_on_wgpu_cpu_adapter() {
-    let _serial = serial();
-    use burn::backend::wgpu::WgpuDevice;
-    let spec = agentry::dsl::check(TINY).unwrap();
-    let dir = tempdir::Dir::new("wgpu");
-    let summary = agentry::train::run_on::<Autodiff<burn::backend::Wgpu>>(
-        &Interpreted(spec),
-        &options(&dir),
-        WgpuDevice::Cpu,
-    )
-    .unwrap();
-    check_run(&summary);
+    trains_on::<Autodiff<burn::backend::Wgpu>>("wgpu", burn::backend::wgpu::WgpuDevice::Cpu);
 }
 
 #[test]

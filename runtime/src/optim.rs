@@ -8,7 +8,9 @@ use burn::optim::{
     Adam, AdamConfig, AdamW, AdamWConfig, GradientsParams, Optimizer, Sgd, SgdConfig,
 };
 use burn::tensor::Tensor;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::algo::loss::scalar;
 
 /// One of the optimizers of the language, over module `M`.
 #[derive(Clone)]
@@ -116,8 +118,4 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
             self.grads.register(param.id, grad * self.factor);
         }
     }
-}
-
-fn scalar<B: Backend>(tensor: Tensor<B, 1>) -> f32 {
-    crate::algo::loss::scalar(tensor)
 }

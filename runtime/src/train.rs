@@ -19,7 +19,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::algo::loss::{PolicyLossConfig, kl_estimate, scalar};
-use crate::algo::{PolicyLossInput, normalize_by_key, outcome_advantages, policy_loss, whiten};
+use crate::algo::{
+    PolicyLossInput, normalize_by_key, outcome_advantages, policy_loss, std_dev, whiten,
+};
 use crate::curriculum::Curriculum;
 use crate::device::{self, OnBackend};
 use crate::error::RunError;
@@ -430,13 +432,12 @@ impl<B: AutodiffBackend> Trainer<B> {
         if algorithm.kl.placement == KlPlacement::Reward {
             self.penalize_kl(&mut episodes);
         }
-        let kept = filter_groups(&episodes, algorithm.filter);
-        record.groups_kept = kept
+        let episodes = filter_groups(episodes, algorithm.filter);
+        record.groups_kept = episodes
             .iter()
             .map(|e| e.spec.group)
             .collect::<std::collections::BTreeSet<_>>()
             .len();
-        let episodes: Vec<Episode> = kept.into_iter().cloned().collect();
         let advantages = self.token_advantages(&episodes);
         record.agent_tokens = advantages.iter().map(Vec::len).sum();
         if advantages.iter().flatten().all(|a| *a == 0.0) {
@@ -770,12 +771,12 @@ fn draw_spec(
 }
 
 /// The episodes of the groups with the largest reward spread (StarPO-S), or all of them.
-fn filter_groups(episodes: &[Episode], filter: spec::Filter) -> Vec<&Episode> {
+fn filter_groups(episodes: Vec<Episode>, filter: spec::Filter) -> Vec<Episode> {
     let spec::Filter::RewardStd { keep } = filter else {
-        return episodes.iter().collect();
+        return episodes;
     };
     let mut groups: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    for e in episodes {
+    for e in &episodes {
         groups
             .entry(e.spec.group)
             .or_default()
@@ -786,19 +787,9 @@ fn filter_groups(episodes: &[Episode], filter: spec::Filter) -> Vec<&Episode> {
     let count = ((spread.len() as f64 * keep).ceil() as usize).clamp(1, spread.len());
     let kept: Vec<usize> = spread[..count].iter().map(|(g, _)| *g).collect();
     episodes
-        .iter()
+        .into_iter()
         .filter(|e| kept.contains(&e.spec.group))
         .collect()
-}
-
-/// Unbiased standard deviation; 0 for fewer than two values.
-fn std_dev(values: &[f64]) -> f64 {
-    if values.len() < 2 {
-        return 0.0;
-    }
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
 }
 
 fn split_name(split: spec::Split) -> &'static str {

@@ -106,6 +106,14 @@ pub fn whiten(values: &mut [f32]) {
     }
 }
 
+/// Unbiased standard deviation; 0 for fewer than two values.
+pub fn std_dev(values: &[f64]) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    mean_std(values).1
+}
+
 /// Mean and unbiased standard deviation of at least two values.
 fn mean_std(values: &[f64]) -> (f64, f64) {
     let n = values.len() as f64;
