@@ -18,8 +18,10 @@
 //! This crate does not depend on burn: environments are pure Rust and fast to test.
 
 pub mod kg;
+pub mod syntax;
 pub mod tool;
 
+pub use syntax::{parse_call, render_call};
 pub use tool::{Param, ParamKind, ToolCall, ToolSchema};
 
 use serde::{Deserialize, Serialize};

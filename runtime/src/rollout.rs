@@ -11,8 +11,8 @@ use burn::tensor::backend::Backend;
 use rand::Rng;
 
 use crate::model::{Policy, Sampling, generate};
-use crate::text::chat::parse_call;
 use crate::text::{ChatFormat, Transcript};
+use agentry_env::parse_call;
 
 /// Which instance an episode plays, and under what budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

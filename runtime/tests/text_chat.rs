@@ -1,7 +1,8 @@
 //! Chat format: layout, agent mask, tool-call syntax.
 
 use agentry_env::{Param, ParamKind, Reset, ToolCall, ToolSchema};
-use agentry_runtime::text::{ChatFormat, Special, Tokenizer, parse_call, render_call};
+use agentry_env::{parse_call, render_call};
+use agentry_runtime::text::{ChatFormat, Special, Tokenizer};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 

@@ -5,5 +5,5 @@
 pub mod chat;
 pub mod tokenizer;
 
-pub use chat::{ChatFormat, Transcript, parse_call, render_call};
+pub use chat::{ChatFormat, Transcript};
 pub use tokenizer::{Special, Tokenizer, TokenizerError};
