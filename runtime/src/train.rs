@@ -12,7 +12,6 @@ use agentry_env::{Split, TaskGenerator};
 use burn::module::AutodiffModule;
 use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
@@ -347,9 +346,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             let batch: Vec<&Transcript> = (0..warmup.batch)
                 .map(|_| &self.demos[self.rng.random_range(0..self.demos.len())])
                 .collect();
-            let (tokens, mask) = self.sft_tensors(&batch);
-            let (logprobs, _) = sequence_logprobs(&self.policy, tokens, 1.0);
-            let loss = masked_nll(logprobs, mask);
+            let batch = self.padded::<B>(&batch);
+            let loss = batch.nll(&self.policy);
             let value = scalar(loss.clone());
             if !value.is_finite() {
                 return Err(RunError::Diverged { step: 0, value });
@@ -458,15 +456,18 @@ impl<B: AutodiffBackend> Trainer<B> {
             },
         };
         let temperature = self.spec.train.temperature;
+        let ref_logprobs = match (&self.reference, loss_config.kl) {
+            (Some(reference), Some(_)) => Some(Tensor::from_inner(
+                reference
+                    .scored_logprobs(batch.tokens.clone().inner(), &batch.scored, temperature)
+                    .0,
+            )),
+            _ => None,
+        };
         for _ in 0..algorithm.epochs {
             let (logprobs, entropy) =
-                sequence_logprobs(&self.policy, batch.tokens.clone(), temperature);
-            let ref_logprobs = match (&self.reference, loss_config.kl) {
-                (Some(reference), Some(_)) => Some(Tensor::from_inner(
-                    sequence_logprobs(reference, batch.tokens.clone().inner(), temperature).0,
-                )),
-                _ => None,
-            };
+                self.policy
+                    .scored_logprobs(batch.tokens.clone(), &batch.scored, temperature);
             let (mut loss, stats) = policy_loss(
                 PolicyLossInput {
                     logprobs,
@@ -474,7 +475,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                     advantages: batch.advantages.clone(),
                     mask: batch.mask.clone(),
                     entropy,
-                    ref_logprobs,
+                    ref_logprobs: ref_logprobs.clone(),
                 },
                 &loss_config,
             );
@@ -482,9 +483,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 let demos: Vec<&Transcript> = (0..group_size.max(4))
                     .map(|_| &self.demos[self.rng.random_range(0..self.demos.len())])
                     .collect();
-                let (tokens, mask) = self.sft_tensors(&demos);
-                let (logprobs, _) = sequence_logprobs(&self.policy, tokens, 1.0);
-                loss = loss + masked_nll(logprobs, mask) * record.sft_alpha;
+                loss = loss + self.padded::<B>(&demos).nll(&self.policy) * record.sft_alpha;
             }
             let value = scalar(loss.clone());
             if !value.is_finite() {
@@ -510,13 +509,15 @@ impl<B: AutodiffBackend> Trainer<B> {
             return;
         };
         let coef = self.spec.algorithm.kl.coef;
-        for episode in episodes.iter_mut() {
-            let (tokens, mask) = self.sft_tensors::<B::InnerBackend>(&[&episode.transcript]);
-            let (ref_logprobs, _) =
-                sequence_logprobs(reference, tokens, self.spec.train.temperature);
-            let old = row_tensor::<B::InnerBackend>(&episode.logprobs[1..], &self.device);
-            let kl = kl_estimate(old, ref_logprobs, estimator) * mask;
-            episode.reward -= (f64::from(scalar(kl.sum())) * coef) as f32;
+        let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
+        let batch = self.padded::<B::InnerBackend>(&transcripts);
+        let (ref_logprobs, _) =
+            reference.scored_logprobs(batch.tokens, &batch.scored, self.spec.train.temperature);
+        let old = self.behaviour_logprobs::<B::InnerBackend>(episodes, batch.width);
+        let kl = (kl_estimate(old, ref_logprobs, estimator) * batch.mask).sum_dim(1);
+        let kl = kl.into_data().into_vec::<f32>().unwrap_or_default();
+        for (episode, kl) in episodes.iter_mut().zip(kl) {
+            episode.reward -= (f64::from(kl) * coef) as f32;
         }
     }
 
@@ -655,12 +656,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             })
     }
 
-    /// Right-padded tokens `[n, T]` and the agent mask of the predicted tokens `[n, T - 1]`.
-    fn sft_tensors<C: Backend<Device = B::Device>>(
-        &self,
-        transcripts: &[&Transcript],
-    ) -> (Tensor<C, 2, Int>, Tensor<C, 2>) {
-        let device = &self.device;
+    /// Right-padded transcripts, with the agent mask of the predicted tokens.
+    fn padded<C: Backend<Device = B::Device>>(&self, transcripts: &[&Transcript]) -> Padded<C> {
         let width = transcripts
             .iter()
             .map(|t| t.tokens.len())
@@ -669,25 +666,40 @@ impl<B: AutodiffBackend> Trainer<B> {
             .max(2);
         let pad = self.chat.tokenizer().pad();
         let mut tokens = Vec::with_capacity(transcripts.len() * width);
-        let mut mask = Vec::with_capacity(transcripts.len() * (width - 1));
+        let mut scored = Vec::with_capacity(transcripts.len() * (width - 1));
         for t in transcripts {
-            tokens.extend(t.tokens.iter().map(|&x| x as i64));
+            tokens.extend(t.tokens.iter().map(|&x| i64::from(x)));
             tokens.extend(std::iter::repeat_n(i64::from(pad), width - t.tokens.len()));
-            mask.extend(t.agent_mask.iter().skip(1).map(|&m| f32::from(u8::from(m))));
-            mask.extend(std::iter::repeat_n(0.0, width - t.tokens.len().max(1)));
+            scored.extend(t.agent_mask.iter().skip(1));
+            scored.extend(std::iter::repeat_n(false, width - t.tokens.len().max(1)));
         }
         let n = transcripts.len();
-        (
-            Tensor::from_data(TensorData::new(tokens, [n, width]), device),
-            Tensor::from_data(TensorData::new(mask, [n, width - 1]), device),
-        )
+        let mask: Vec<f32> = scored.iter().map(|&m| f32::from(u8::from(m))).collect();
+        Padded {
+            tokens: Tensor::from_data(TensorData::new(tokens, [n, width]), &self.device),
+            mask: Tensor::from_data(TensorData::new(mask, [n, width - 1]), &self.device),
+            scored,
+            width,
+        }
+    }
+
+    /// The log-probabilities the episodes' tokens were sampled with, `[n, width - 1]`.
+    fn behaviour_logprobs<C: Backend<Device = B::Device>>(
+        &self,
+        episodes: &[Episode],
+        width: usize,
+    ) -> Tensor<C, 2> {
+        let old: Vec<f32> = episodes
+            .iter()
+            .flat_map(|e| (1..width).map(|j| e.logprobs.get(j).copied().unwrap_or(0.0)))
+            .collect();
+        Tensor::from_data(TensorData::new(old, [episodes.len(), width - 1]), &self.device)
     }
 
     fn rl_tensors(&self, episodes: &[Episode], advantages: &[Vec<f32>]) -> RlBatch<B> {
         let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
-        let (tokens, mask) = self.sft_tensors::<B>(&transcripts);
-        let width = tokens.dims()[1];
-        let mut old = Vec::with_capacity(episodes.len() * (width - 1));
+        let padded = self.padded::<B>(&transcripts);
+        let width = padded.width;
         let mut adv = Vec::with_capacity(episodes.len() * (width - 1));
         for (episode, token_adv) in episodes.iter().zip(advantages) {
             let mut next = token_adv.iter();
@@ -698,7 +710,6 @@ impl<B: AutodiffBackend> Trainer<B> {
                     .get(j)
                     .copied()
                     .unwrap_or(false);
-                old.push(episode.logprobs.get(j).copied().unwrap_or(0.0));
                 adv.push(if agent {
                     next.next().copied().unwrap_or(0.0)
                 } else {
@@ -708,47 +719,39 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         let n = episodes.len();
         RlBatch {
-            tokens,
-            mask,
-            old_logprobs: Tensor::from_data(TensorData::new(old, [n, width - 1]), &self.device),
+            old_logprobs: self.behaviour_logprobs(episodes, width),
             advantages: Tensor::from_data(TensorData::new(adv, [n, width - 1]), &self.device),
+            tokens: padded.tokens,
+            mask: padded.mask,
+            scored: padded.scored,
         }
+    }
+}
+
+/// Right-padded transcripts `[n, width]` and which predicted tokens `[n, width - 1]` are the
+/// agent's, as a tensor (`mask`) and on the host (`scored`).
+struct Padded<B: Backend> {
+    tokens: Tensor<B, 2, Int>,
+    mask: Tensor<B, 2>,
+    scored: Vec<bool>,
+    width: usize,
+}
+
+impl<B: Backend> Padded<B> {
+    /// Mean negative log-likelihood of the agent tokens under `policy` (temperature 1): the
+    /// SFT loss.
+    fn nll(self, policy: &Policy<B>) -> Tensor<B, 1> {
+        let (logprobs, _) = policy.scored_logprobs(self.tokens, &self.scored, 1.0);
+        (logprobs * self.mask.clone()).sum().neg() / self.mask.sum().clamp_min(1.0)
     }
 }
 
 struct RlBatch<B: Backend> {
     tokens: Tensor<B, 2, Int>,
     mask: Tensor<B, 2>,
+    scored: Vec<bool>,
     old_logprobs: Tensor<B, 2>,
     advantages: Tensor<B, 2>,
-}
-
-/// Log-probabilities `[n, T - 1]` of `tokens[:, 1..]` under `policy` at `temperature`, and the
-/// entropy of each predictive distribution.
-pub fn sequence_logprobs<B: Backend>(
-    policy: &Policy<B>,
-    tokens: Tensor<B, 2, Int>,
-    temperature: f64,
-) -> (Tensor<B, 2>, Tensor<B, 2>) {
-    let [n, t] = tokens.dims();
-    let logits = policy.forward(tokens.clone().slice([0..n, 0..t - 1]));
-    let logp = log_softmax(logits / temperature, 2);
-    let targets = tokens.slice([0..n, 1..t]).unsqueeze_dim::<3>(2);
-    let chosen = logp.clone().gather(2, targets).squeeze_dim::<2>(2);
-    let entropy = (logp.clone().exp() * logp)
-        .sum_dim(2)
-        .squeeze_dim::<2>(2)
-        .neg();
-    (chosen, entropy)
-}
-
-/// Mean negative log-likelihood over the agent mask.
-fn masked_nll<B: Backend>(logprobs: Tensor<B, 2>, mask: Tensor<B, 2>) -> Tensor<B, 1> {
-    (logprobs * mask.clone()).sum().neg() / mask.sum().clamp_min(1.0)
-}
-
-fn row_tensor<B: Backend>(values: &[f32], device: &B::Device) -> Tensor<B, 2> {
-    Tensor::from_data(TensorData::new(values.to_vec(), [1, values.len()]), device)
 }
 
 /// One episode's draw: task, difficulty and budget from the curriculum, a random instance.

@@ -7,7 +7,7 @@ use burn::tensor::activation::{log_softmax, silu};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Bool, IndexingUpdateOp, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 /// Base of the rotary position embedding frequencies.
@@ -369,16 +369,15 @@ impl<B: Backend> Policy<B> {
 
     /// Logits of final-normed hidden states `[batch, len, d_model]`.
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [b, t, d] = hidden.dims();
+        self.project(hidden.reshape([b * t, d])).reshape([b, t, self.vocab])
+    }
+
+    /// The LM head on rows of hidden states `[rows, d_model]`.
+    fn project(&self, rows: Tensor<B, 2>) -> Tensor<B, 2> {
         match &self.head {
-            Some(head) => head.forward(hidden),
-            None => {
-                let [b, t, d] = hidden.dims();
-                let table = self.embed.weight.val().transpose();
-                hidden
-                    .reshape([b * t, d])
-                    .matmul(table)
-                    .reshape([b, t, self.vocab])
-            }
+            Some(head) => head.forward(rows),
+            None => rows.matmul(self.embed.weight.val().transpose()),
         }
     }
 
@@ -388,14 +387,51 @@ impl<B: Backend> Policy<B> {
     pub fn token_logprobs(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let [b, t] = tokens.dims();
         assert!(t >= 2, "token_logprobs needs at least two tokens per row");
-        let logits = self.forward(tokens.clone()).narrow(1, 0, t - 1);
-        let logp = log_softmax(logits, 2);
-        let targets = tokens.narrow(1, 1, t - 1).reshape([b, t - 1, 1]);
-        let chosen = logp.clone().gather(2, targets).reshape([b, t - 1]);
-        let entropy = (logp.clone().exp() * logp)
-            .sum_dim(2)
-            .neg()
-            .reshape([b, t - 1]);
-        (chosen, entropy)
+        self.scored_logprobs(tokens, &vec![true; b * (t - 1)], 1.0)
+    }
+
+    /// Like [`Policy::token_logprobs`] at `temperature`, but only the predictions where `scored`
+    /// (row-major `[batch, len - 1]`) is set are computed; the others are zero.
+    ///
+    /// Training scores only the agent's tokens, a fraction of a transcript; projecting just
+    /// those hidden states onto the vocabulary (and normalizing them) is most of the saving.
+    pub fn scored_logprobs(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        scored: &[bool],
+        temperature: f64,
+    ) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let [b, t] = tokens.dims();
+        let device = tokens.device();
+        assert!(t >= 2, "scored_logprobs needs at least two tokens per row");
+        let positions = b * (t - 1);
+        assert_eq!(scored.len(), positions, "one flag per predicted token");
+        let picked: Vec<i64> = (0..positions as i64)
+            .filter(|&i| scored[i as usize])
+            .collect();
+        let k = picked.len();
+        if k == 0 {
+            let zeros = Tensor::zeros([b, t - 1], &device);
+            return (zeros.clone(), zeros);
+        }
+        let picked = Tensor::<B, 1, Int>::from_data(TensorData::new(picked, [k]), &device);
+        let hidden = self.hidden_states(tokens.clone().narrow(1, 0, t - 1));
+        let rows = hidden
+            .reshape([positions, self.embed.weight.dims()[1]])
+            .select(0, picked.clone());
+        let logp = log_softmax(self.project(rows) / temperature, 1);
+        let targets = tokens
+            .narrow(1, 1, t - 1)
+            .reshape([positions])
+            .select(0, picked.clone())
+            .reshape([k, 1]);
+        let chosen = logp.clone().gather(1, targets).reshape([k]);
+        let entropy = (logp.clone().exp() * logp).sum_dim(1).neg().reshape([k]);
+        let scatter = |values: Tensor<B, 1>| {
+            Tensor::zeros([positions], &device)
+                .select_assign(0, picked.clone(), values, IndexingUpdateOp::Add)
+                .reshape([b, t - 1])
+        };
+        (scatter(chosen), scatter(entropy))
     }
 }
