@@ -296,6 +296,24 @@ impl Controller {
         }
     }
 
+    /// The oracle's next calls for many sessions, in parallel; `answer[i]` is for `ids[i]`.
+    /// Each entry behaves as [`Controller::oracle`].
+    pub fn oracle_many(&self, ids: &[SessionId]) -> Vec<Result<Option<ToolCall>, ControllerError>> {
+        let requests = ids
+            .iter()
+            .map(|&id| Request::Existing(id, Op::Oracle))
+            .collect();
+        self.execute(requests)
+            .into_iter()
+            .map(|(id, answer)| match answer {
+                Ok(Reply::Oracle(call)) => Ok(call),
+                Ok(_) => unreachable!("an oracle job answers an oracle call"),
+                Err(Failure::Env(message)) => Err(ControllerError::Failed { id, message }),
+                Err(Failure::Controller(e)) => Err(e),
+            })
+            .collect()
+    }
+
     /// Whether a session counts as solved so far. For a session that finished on its own this is
     /// the answer recorded at its terminal step (`false` after a timeout or panic).
     ///

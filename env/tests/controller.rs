@@ -167,12 +167,14 @@ fn kg_sessions_through_the_batch_api_match_sequential_runs() {
     let mut live: Vec<usize> = (0..N as usize).collect();
     let mut turns = 0;
     while !live.is_empty() {
-        let calls: Vec<(SessionId, ToolCall)> = live
+        let live_ids: Vec<SessionId> = live.iter().map(|&k| ids[k]).collect();
+        let calls: Vec<(SessionId, ToolCall)> = live_ids
             .iter()
-            .map(|&k| {
+            .zip(c.oracle_many(&live_ids))
+            .map(|(&id, call)| {
                 (
-                    ids[k],
-                    c.oracle(ids[k]).unwrap().expect("live has an oracle call"),
+                    id,
+                    call.unwrap().expect("a live session has an oracle call"),
                 )
             })
             .collect();
