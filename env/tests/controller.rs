@@ -2,6 +2,7 @@
 //! timeouts, panics, cancellation, forks, real concurrency and shutdown.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,8 @@ struct Toy {
     panic_in_reset: bool,
     panic_at_step: Option<u32>,
     panic_in_oracle: bool,
+    /// Set when a step begins.
+    entered: Arc<AtomicBool>,
     steps: u32,
     finish_after: u32,
 }
@@ -40,6 +43,7 @@ impl Toy {
             panic_in_reset: false,
             panic_at_step: None,
             panic_in_oracle: false,
+            entered: Arc::new(AtomicBool::new(false)),
             steps: 0,
             finish_after: 3,
         }
@@ -68,6 +72,7 @@ impl Environment for Toy {
     }
 
     fn step(&mut self, call: &ToolCall) -> Step {
+        self.entered.store(true, Ordering::SeqCst);
         self.steps += 1;
         if self.panic_at_step == Some(self.steps) {
             panic!("toy {} fails at step {}", self.label, self.steps);
@@ -96,6 +101,15 @@ impl Environment for Toy {
 
     fn box_clone(&self) -> Box<dyn Environment> {
         Box::new(self.clone())
+    }
+}
+
+/// Waits until a toy's step has begun.
+fn wait_for(entered: &AtomicBool) {
+    let t = Instant::now();
+    while !entered.load(Ordering::SeqCst) {
+        assert!(t.elapsed() < Duration::from_secs(5), "the step never began");
+        thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -506,13 +520,12 @@ fn cancel_unknown_finished_and_busy_sessions() {
     assert_eq!((stats.cancelled, stats.finished, stats.steps), (1, 1, 5));
 
     // Cancelling a session while a call on it runs: the call answers "cancelled".
-    let slow = start_all(
-        &c,
-        vec![Toy::new(9).step_sleep(Duration::from_millis(400)).boxed()],
-    )[0];
+    let toy = Toy::new(9).step_sleep(Duration::from_secs(1));
+    let entered = toy.entered.clone();
+    let slow = start_all(&c, vec![toy.boxed()])[0];
     thread::scope(|s| {
         let running = s.spawn(|| c.step(slow, &go()));
-        thread::sleep(Duration::from_millis(100));
+        wait_for(&entered);
         assert_eq!(c.step(slow, &go()), Err(ControllerError::Busy(slow)));
         assert_eq!(c.oracle(slow), Err(ControllerError::Busy(slow)));
         assert_eq!(c.cancel(slow), Ok(()));
@@ -621,4 +634,25 @@ fn shutdown_ends_everything_and_later_calls_are_refused() {
     let stats = c.stats();
     assert_eq!((stats.workers, stats.live_sessions), (0, 0));
     c.shutdown();
+
+    // Shutting down while a batch runs: the running call and the one queued behind it (one
+    // worker) both answer "shut down", and shutdown waits only for the running call.
+    let c = controller(1, Duration::from_secs(5));
+    let toy = Toy::new(0).step_sleep(Duration::from_millis(300));
+    let entered = toy.entered.clone();
+    let ids = start_all(&c, vec![toy.boxed(), Toy::new(1).boxed()]);
+    thread::scope(|s| {
+        let running = s.spawn(|| c.step_many(&batch(&ids)));
+        wait_for(&entered);
+        let t = Instant::now();
+        c.shutdown();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(
+            running.join().unwrap(),
+            vec![
+                Err(ControllerError::ShutDown),
+                Err(ControllerError::ShutDown)
+            ]
+        );
+    });
 }
