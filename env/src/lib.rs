@@ -15,8 +15,12 @@
 //!
 //! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph).
 //!
+//! [`controller::Controller`] serves many sessions concurrently on a pool of worker threads, with
+//! per-call timeouts, panic isolation and cancellation.
+//!
 //! This crate does not depend on burn: environments are pure Rust and fast to test.
 
+pub mod controller;
 pub mod kg;
 pub mod syntax;
 pub mod tool;
