@@ -906,18 +906,26 @@ fn vocabulary_covers_the_oracle_path_and_is_small() {
     println!("vocabulary: {} pieces; goal types {seen:?}", vocab.len());
 }
 
+/// The book's sample transcripts are real oracle runs of the current generator.
 #[test]
-fn print_examples() {
+fn book_transcripts_are_current() {
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../book/src/tasks/alfworld.md"),
+    )
+    .unwrap();
     let task = Alfworld::default();
-    for d in 1..=3 {
-        let mut env = task.instance(Split::Train, d, 0);
+    for (d, i) in [(1, 0), (3, 13)] {
+        let mut env = task.instance(Split::Train, d, i);
         let (instruction, trace) = run_oracle(env.as_mut());
-        println!("difficulty {d}:\n{instruction}");
-        for (action, step) in trace {
-            println!(
-                "  take_action(action=\"{action}\")\n    {} [reward {}]",
-                step.observation, step.reward
-            );
+        let mut text = format!("Difficulty {d}, train instance {i}:\n\n```text\n{instruction}\n");
+        for (action, step) in &trace {
+            text.push_str(&format!(
+                "take_action(action=\"{action}\")\n    {}\n",
+                step.observation
+            ));
         }
+        let last = &trace.last().unwrap().1;
+        text.push_str(&format!("reward {}, {:?}\n```", last.reward, last.status));
+        assert!(page.contains(&text), "the book should show:\n{text}");
     }
 }

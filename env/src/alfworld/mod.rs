@@ -5,7 +5,11 @@
 //! Each instance is one room (a kitchen or a bedroom, as in ALFWorld) generated from a seed:
 //! numbered receptacles (`cabinet 2`), some of which open and close, numbered objects lying in
 //! or on them, distractors, a lamp in bedrooms, and one of ALFWorld's six goal types. The
-//! reward is 1 on the step that reaches the goal, which ends the episode.
+//! reward is 1 on the step that reaches the goal, which ends the episode ([`Status::Completed`]).
+//! An impossible or unknown command is answered `Nothing happens.` with [`Status::Running`], as
+//! in ALFWorld; a malformed tool call gets `Error: ...` and [`Status::InvalidAction`]. Three
+//! identical consecutive actions end the episode with [`Status::Completed`] and reward 0 (the
+//! turn limit itself is the runtime's).
 //!
 //! - [`world`]: kinds, goals and the seeded generation of a room.
 //! - [`action`]: the tool, its argument checking and the parsing of the ALFWorld commands.
@@ -28,6 +32,8 @@ pub use world::{
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+#[cfg(doc)]
+use crate::Status;
 use crate::{Environment, Split, TaskGenerator};
 
 /// The version of generated instances; bumped whenever they change.
