@@ -187,6 +187,9 @@ fn same_arguments_same_instance() {
             }
         }
     }
+    // Difficulties outside 1..=3 are clamped.
+    assert_eq!(a.room(Split::Test, 0, 4), a.room(Split::Test, 1, 4));
+    assert_eq!(a.room(Split::Test, 200, 4), a.room(Split::Test, 3, 4));
     assert_ne!(a.room(Split::Train, 1, 0), a.room(Split::Train, 1, 1));
     assert_ne!(
         a.room(Split::Train, 3, 0),
@@ -392,12 +395,7 @@ fn look_goal_needs_the_lit_lamp_and_the_object_in_hand() {
     let reset = env.reset();
     assert!(reset.instruction.contains("Your task is to: examine the "));
     let room = env.instance().clone();
-    let (l, lamp) = room
-        .objects()
-        .iter()
-        .enumerate()
-        .find(|(_, o)| o.kind.is_lamp())
-        .unwrap();
+    let lamp = room.objects().iter().find(|o| o.kind.is_lamp()).unwrap();
     let lamp_name = format!("{} {}", lamp.kind.name(), lamp.number);
     let holder = room.receptacles()[lamp.location];
     let holder_name = format!("{} {}", holder.kind.name(), holder.number);
@@ -430,7 +428,6 @@ fn look_goal_needs_the_lit_lamp_and_the_object_in_hand() {
     let (action, step) = last.unwrap();
     assert_eq!(action, format!("go to {holder_name}"));
     assert_eq!((step.reward, step.status), (1.0, Status::Completed));
-    let _ = l;
 }
 
 #[test]
