@@ -13,13 +13,15 @@
 //! splits and difficulty levels 1–3. Every built-in task has an oracle that solves every
 //! instance; its actions are the demonstrations for supervised warm-up.
 //!
-//! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph).
+//! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph),
+//! [`alfworld::Alfworld`] (a text household with ALFWorld's goals and commands).
 //!
 //! [`controller::Controller`] serves many sessions concurrently on a pool of worker threads, with
 //! per-call timeouts, panic isolation and cancellation.
 //!
 //! This crate does not depend on burn: environments are pure Rust and fast to test.
 
+pub mod alfworld;
 pub mod controller;
 pub mod kg;
 pub mod syntax;
