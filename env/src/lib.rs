@@ -13,13 +13,14 @@
 //! splits and difficulty levels 1–3. Every built-in task has an oracle that solves every
 //! instance; its actions are the demonstrations for supervised warm-up.
 //!
-//! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph).
+//! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph), [`webshop::Webshop`] (finding and buying a product in a generated web shop).
 //!
 //! This crate does not depend on burn: environments are pure Rust and fast to test.
 
 pub mod kg;
 pub mod syntax;
 pub mod tool;
+pub mod webshop;
 
 pub use syntax::{parse_call, render_call};
 pub use tool::{Param, ParamKind, ToolCall, ToolSchema};
