@@ -602,15 +602,15 @@ const B: f32 = 0.75;
 
 impl Bm25 {
     fn new(texts: impl Iterator<Item = String>) -> Bm25 {
-        let mut terms: HashMap<String, u32> = HashMap::new();
+        let mut ids: HashMap<String, u32> = HashMap::new();
         let mut postings: Vec<Vec<(u32, f32)>> = Vec::new();
         let mut lengths = Vec::new();
         for (doc, text) in texts.enumerate() {
             let mut length = 0usize;
-            for term in terms_of(&text) {
+            for term in terms(&text) {
                 length += 1;
                 let next = postings.len() as u32;
-                let id = *terms.entry(term).or_insert(next);
+                let id = *ids.entry(term).or_insert(next);
                 if id == next {
                     postings.push(Vec::new());
                 }
@@ -636,7 +636,7 @@ impl Bm25 {
             .map(|l| K1 * (1.0 - B + B * l / average))
             .collect();
         Bm25 {
-            terms,
+            terms: ids,
             postings,
             idf,
             norm,
@@ -644,7 +644,7 @@ impl Bm25 {
     }
 
     fn search(&self, query: &str, limit: usize) -> Vec<u32> {
-        let mut ids: Vec<u32> = terms_of(query)
+        let mut ids: Vec<u32> = terms(query)
             .filter_map(|t| self.terms.get(&t).copied())
             .collect();
         ids.sort_unstable();
@@ -681,11 +681,6 @@ impl Bm25 {
         hits.sort_unstable_by(by_rank);
         hits.into_iter().map(|(_, doc)| doc).collect()
     }
-}
-
-/// The search terms of `text`, as owned strings.
-fn terms_of(text: &str) -> impl Iterator<Item = String> + '_ {
-    terms(text)
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! purchase.
 //!
 //! A goal names a product type, some of the target's attributes, one value of some of its option
-//! groups and a price cap, for example `i need long lasting shampoo for dry hair , with size : 12
-//! fl oz , and price lower than 30.00 dollars`. At generation the oracle's query is run through
+//! groups and a price cap, for example `i want to buy shockproof and heavy bass bluetooth speaker
+//! , with color : grey , and price lower than 53.00 dollars`. At generation the oracle's query is run through
 //! the real search, and a goal is kept only if a product satisfying it shows on the first results
 //! page (and, at difficulty 3, next to a look-alike that does not satisfy it).
 
@@ -175,8 +175,8 @@ pub(crate) fn generate(catalog: &Catalog, rng: &mut impl RngCore, difficulty: u8
     Some(goal)
 }
 
-/// `i need long lasting shampoo for dry hair , with size : 12 fl oz , and price lower than
-/// 30.00 dollars`.
+/// `{lead} {prefix attributes} {noun} {suffix attributes} , with {group} : {value} and ... ,
+/// and price lower than {cap}.00 dollars`.
 fn instruction(
     lead: &str,
     noun: &str,

@@ -2,9 +2,10 @@
 //! (WebShop, Yao et al. 2022, on a generated catalogue so a small policy trained from scratch
 //! can learn it).
 //!
-//! The agent reads an instruction such as `i need long lasting shampoo for dry hair , with size
-//! : 12 fl oz , and price lower than 30.00 dollars`, searches with `search_action(keywords)`,
-//! and browses with `click_action(value)`: results pages, item pages, option values, `buy now`.
+//! The agent reads an instruction such as `i want to buy shockproof and heavy bass bluetooth
+//! speaker , with color : grey , and price lower than 53.00 dollars`, searches with
+//! `search_action(keywords)` and browses with `click_action(value)`: results pages, item pages,
+//! option values, `buy now`.
 //! Buying ends the episode with WebShop's reward in [0, 1]; the episode counts as solved when
 //! the reward is exactly 1.
 //!
