@@ -738,3 +738,29 @@ fn vocabulary_is_bounded_and_covers_tools() {
     );
     println!("vocabulary: {} words", words.len());
 }
+
+/// A fingerprint of the standard task's first instances: when it changes, generated instances
+/// changed and `VERSION` must be bumped (then update the fingerprint).
+#[test]
+fn instances_are_pinned_by_the_version() {
+    let shop = shop();
+    let mut text = String::new();
+    for d in 1..=3 {
+        for split in SPLITS {
+            for i in 0..10 {
+                let g = shop.goal(split, d, i);
+                let pick = shop.catalog().product(g.pick).unwrap();
+                text.push_str(&format!("{}|{}|{}\n", g.instruction, pick.id, pick.title));
+            }
+        }
+    }
+    // FNV-1a, stable across platforms.
+    let fingerprint = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    assert_eq!(VERSION, "webshop-1");
+    assert_eq!(
+        fingerprint, 5_213_993_013_687_199_011,
+        "instances changed: bump VERSION and this fingerprint"
+    );
+}

@@ -622,13 +622,15 @@ impl Bm25 {
             }
             lengths.push(length as f32);
         }
-        let n = lengths.len() as f32;
-        let average = lengths.iter().sum::<f32>() / n.max(1.0);
+        let n = lengths.len() as f64;
+        let average = (lengths.iter().map(|&l| f64::from(l)).sum::<f64>() / n.max(1.0)) as f32;
+        // In f64, then rounded: the ranking (and so which goals are kept) does not hinge on the
+        // last bit of a platform's `ln`.
         let idf = postings
             .iter()
             .map(|list| {
-                let df = list.len() as f32;
-                (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+                let df = list.len() as f64;
+                (1.0 + (n - df + 0.5) / (df + 0.5)).ln() as f32
             })
             .collect();
         let norm = lengths
