@@ -13,8 +13,10 @@
 //! splits and difficulty levels 1–3. Every built-in task has an oracle that solves every
 //! instance; its actions are the demonstrations for supervised warm-up.
 //!
-//! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph),
-//! [`alfworld::Alfworld`] (a text household with ALFWorld's goals and commands).
+//! Built-in tasks (AgentBench-FC's five, rebuilt natively):
+//! - [`alfworld::Alfworld`]: a text household with ALFWorld's goals and commands;
+//! - [`kg::Kg`]: question answering over a generated knowledge graph;
+//! - [`webshop::Webshop`]: finding and buying a product in a generated web shop.
 //!
 //! [`controller::Controller`] serves many sessions concurrently on a pool of worker threads, with
 //! per-call timeouts, panic isolation and cancellation.
@@ -26,6 +28,7 @@ pub mod controller;
 pub mod kg;
 pub mod syntax;
 pub mod tool;
+pub mod webshop;
 
 pub use syntax::{parse_call, render_call};
 pub use tool::{Param, ParamKind, ToolCall, ToolSchema};
