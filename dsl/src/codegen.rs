@@ -281,6 +281,7 @@ fn task(task: &Task) -> TokenStream {
     let weight = float(task.weight);
     let max_turns = Literal::u32_unsuffixed(task.max_turns);
     let difficulty = difficulty(&task.difficulty);
+    let split = split(task.split);
     quote! {
         ::agentry::spec::Task {
             name: #name,
@@ -288,6 +289,7 @@ fn task(task: &Task) -> TokenStream {
             weight: #weight,
             max_turns: #max_turns,
             difficulty: #difficulty,
+            split: #split,
         }
     }
 }
@@ -507,15 +509,19 @@ fn train(t: &Train) -> TokenStream {
     }
 }
 
-fn eval(e: &Eval) -> TokenStream {
-    let every = option(&e.every, |v| uint(*v));
-    let split = variant(
+fn split(split: Split) -> TokenStream {
+    variant(
         "Split",
-        match e.split {
+        match split {
             Split::Train => "Train",
             Split::Test => "Test",
         },
-    );
+    )
+}
+
+fn eval(e: &Eval) -> TokenStream {
+    let every = option(&e.every, |v| uint(*v));
+    let split = split(e.split);
     let episodes = size(e.episodes);
     let greedy = e.greedy;
     quote! {

@@ -125,6 +125,10 @@ pub struct Task {
     pub max_turns: u32,
     /// Inclusive difficulty levels to draw instances from, within 1..=3. Default `1 .. 3`.
     pub difficulty: Difficulty,
+    /// The split training episodes and warm-up demonstrations of this task come from.
+    /// Default train; `test` is for deliberate overfitting checks (evaluation picks its own
+    /// split in `eval`).
+    pub split: Split,
 }
 
 /// An inclusive range of difficulty levels, `1 <= min <= max <= 3`.

@@ -4,7 +4,7 @@ mod common;
 
 use agentry_dsl::check;
 use agentry_dsl::spec::{
-    AdvantageNorm, Arch, EnvRef, KlEstimator, KlPlacement, Optimizer, PoolMode, Schedule,
+    AdvantageNorm, Arch, EnvRef, KlEstimator, KlPlacement, Optimizer, PoolMode, Schedule, Split,
 };
 use common::{MINIMAL, MULTITASK, at, error, errors, text};
 
@@ -64,6 +64,7 @@ fn defaults_are_the_documented_ones() {
         (spec.tasks[0].difficulty.min, spec.tasks[0].difficulty.max),
         (1, 3)
     );
+    assert_eq!(spec.tasks[0].split, Split::Train);
     let a = &spec.algorithm;
     assert_eq!((a.clip.low, a.clip.high), (0.2, 0.2));
     assert_eq!(a.dual_clip, None);
@@ -484,6 +485,18 @@ fn difficulty_rules() {
     let d = error(&with("env = kg", "env = kg, difficulty = 3 .. 1"));
     assert_eq!(d.message, "difficulty range `3 .. 1` is reversed");
     assert_eq!(d.hint.as_deref(), Some("write `difficulty = 1 .. 3`"));
+}
+
+#[test]
+fn task_split() {
+    let spec = check(&with("env = kg", "env = kg, split = test")).unwrap();
+    assert_eq!(spec.tasks[0].split, Split::Test);
+    let source = with("env = kg", "env = kg, split = dev");
+    let d = error(&source);
+    assert_eq!(d.message, "unknown value `dev` for `split`");
+    assert_eq!(text(&source, &d), "dev");
+    let d = error(&with("env = kg", "env = kg, split = 1"));
+    assert!(d.message.contains("split"), "{}", d.message);
 }
 
 #[test]

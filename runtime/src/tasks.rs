@@ -9,8 +9,10 @@ use crate::experiment::Experiment;
 /// The generator of a built-in task, or `None` for one this version does not provide yet.
 pub fn builtin(env: BuiltinEnv) -> Option<Box<dyn TaskGenerator>> {
     match env {
+        BuiltinEnv::Alfworld => Some(Box::new(agentry_env::alfworld::Alfworld::default())),
         BuiltinEnv::Kg => Some(Box::new(agentry_env::kg::Kg::default())),
-        BuiltinEnv::Alfworld | BuiltinEnv::Db | BuiltinEnv::Os | BuiltinEnv::Webshop => None,
+        BuiltinEnv::Webshop => Some(Box::new(agentry_env::webshop::Webshop::default())),
+        BuiltinEnv::Db | BuiltinEnv::Os => None,
     }
 }
 

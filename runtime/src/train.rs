@@ -199,7 +199,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         // needs are single tokens; the same episodes are the warm-up demonstrations.
         let demo_count = spec.train.warmup.map_or(64, |w| w.demonstrations);
         let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
-            .map(|_| draw_spec(&curriculum, 0, Split::Train, 0, &mut rng))
+            .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
             .collect();
         let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
         for draw in &demo_draws {
@@ -391,13 +391,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let groups = (self.spec.train.batch / group_size).max(1);
         let mut specs = Vec::with_capacity(groups * group_size);
         for group in 0..groups {
-            let spec = draw_spec(
-                &self.curriculum,
-                step - 1,
-                Split::Train,
-                group,
-                &mut self.rng,
-            );
+            let spec = training_draw(&self.spec, &self.curriculum, step - 1, group, &mut self.rng);
             specs.extend(std::iter::repeat_n(spec, group_size));
         }
         let sampling = self.sampling(false);
@@ -586,10 +580,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             for i in 0..eval.episodes {
                 specs.push(EpisodeSpec {
                     task: t,
-                    split: match eval.split {
-                        spec::Split::Train => Split::Train,
-                        spec::Split::Test => Split::Test,
-                    },
+                    split: env_split(eval.split),
                     difficulty: task.difficulty.min + (i % usize::from(levels)) as u8,
                     index: i as u64,
                     max_turns: task.max_turns,
@@ -693,7 +684,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             .iter()
             .flat_map(|e| (1..width).map(|j| e.logprobs.get(j).copied().unwrap_or(0.0)))
             .collect();
-        Tensor::from_data(TensorData::new(old, [episodes.len(), width - 1]), &self.device)
+        Tensor::from_data(
+            TensorData::new(old, [episodes.len(), width - 1]),
+            &self.device,
+        )
     }
 
     fn rl_tensors(&self, episodes: &[Episode], advantages: &[Vec<f32>]) -> RlBatch<B> {
@@ -754,22 +748,30 @@ struct RlBatch<B: Backend> {
     advantages: Tensor<B, 2>,
 }
 
-/// One episode's draw: task, difficulty and budget from the curriculum, a random instance.
-fn draw_spec(
+/// One training episode's draw: task, difficulty and budget from the curriculum, a random
+/// instance of the task's training split.
+fn training_draw(
+    spec: &spec::Experiment,
     curriculum: &Curriculum,
     step: u64,
-    split: Split,
     group: usize,
     rng: &mut ChaCha8Rng,
 ) -> EpisodeSpec {
     let draw = curriculum.draw(step, rng);
     EpisodeSpec {
         task: draw.task,
-        split,
+        split: env_split(spec.tasks[draw.task].split),
         difficulty: draw.difficulty,
         index: rng.random_range(0..u64::from(u32::MAX)),
         max_turns: draw.max_turns,
         group,
+    }
+}
+
+fn env_split(split: spec::Split) -> Split {
+    match split {
+        spec::Split::Train => Split::Train,
+        spec::Split::Test => Split::Test,
     }
 }
 

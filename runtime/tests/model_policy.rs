@@ -90,7 +90,12 @@ fn scored_logprobs_match_the_full_computation() {
             let (lp, ent) = (to_vec(lp), to_vec(ent));
             for (i, &on) in scored.iter().enumerate() {
                 if on {
-                    assert!((lp[i] - full[i]).abs() < 1e-5, "{i}: {} vs {}", lp[i], full[i]);
+                    assert!(
+                        (lp[i] - full[i]).abs() < 1e-5,
+                        "{i}: {} vs {}",
+                        lp[i],
+                        full[i]
+                    );
                     assert!(ent[i] > 0.0);
                 } else {
                     assert_eq!((lp[i], ent[i]), (0.0, 0.0), "{i}");

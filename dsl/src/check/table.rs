@@ -5,6 +5,7 @@
 
 use crate::ast::{Arg, Block, Ident, ItemKind, Span, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
+use crate::spec::Split;
 
 use super::Checker;
 
@@ -320,6 +321,15 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// `train` or `test`.
+    pub(super) fn split(&mut self, value: &Value) -> Option<Split> {
+        self.choice(
+            "split",
+            value,
+            &[("train", Split::Train), ("test", Split::Test)],
+        )
     }
 
     /// A bare name among `choices`.

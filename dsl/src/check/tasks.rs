@@ -2,7 +2,7 @@
 
 use crate::ast::{Ident, ItemKind, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
-use crate::spec::{BuiltinEnv, Difficulty, EnvRef, Stage, Task};
+use crate::spec::{BuiltinEnv, Difficulty, EnvRef, Split, Stage, Task};
 
 use super::table::Interval;
 use super::{Checker, Section};
@@ -46,7 +46,7 @@ impl Checker {
     }
 
     fn task(&mut self, section: Section<'_>, name: &Ident) -> Option<Task> {
-        let keys = ["env", "weight", "max_turns", "difficulty"];
+        let keys = ["env", "weight", "max_turns", "difficulty", "split"];
         let table = self.table(section.body, "task", &keys);
         let env = match table.get("env") {
             Some(value) => self.env(value),
@@ -80,7 +80,12 @@ impl Checker {
             Some(v) => self.difficulty(v),
             None => Some(Difficulty { min: 1, max: 3 }),
         };
+        let split = match table.get("split") {
+            Some(v) => self.split(v),
+            None => Some(Split::Train),
+        };
         Some(Task {
+            split: split?,
             name: name.name.clone(),
             env: env?,
             weight: weight?,

@@ -279,11 +279,7 @@ impl Checker {
             None => Some(None),
         };
         let split = match table.get("split") {
-            Some(v) => self.choice(
-                "split",
-                v,
-                &[("train", Split::Train), ("test", Split::Test)],
-            ),
+            Some(v) => self.split(v),
             None => Some(Split::Test),
         };
         let episodes = match table.get("episodes") {

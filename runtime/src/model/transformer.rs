@@ -370,7 +370,8 @@ impl<B: Backend> Policy<B> {
     /// Logits of final-normed hidden states `[batch, len, d_model]`.
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
         let [b, t, d] = hidden.dims();
-        self.project(hidden.reshape([b * t, d])).reshape([b, t, self.vocab])
+        self.project(hidden.reshape([b * t, d]))
+            .reshape([b, t, self.vocab])
     }
 
     /// The LM head on rows of hidden states `[rows, d_model]`.
