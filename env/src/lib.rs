@@ -13,10 +13,11 @@
 //! splits and difficulty levels 1–3. Every built-in task has an oracle that solves every
 //! instance; its actions are the demonstrations for supervised warm-up.
 //!
-//! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph).
+//! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph), [`db::Db`] (SQL over a real SQLite database).
 //!
 //! This crate does not depend on burn: environments are pure Rust and fast to test.
 
+pub mod db;
 pub mod kg;
 pub mod syntax;
 pub mod tool;
