@@ -457,10 +457,11 @@ fn random_call(rng: &mut ChaCha8Rng, vocab: &[String], queries: &[String]) -> (T
             json!((0..n).map(|_| string(rng)).collect::<Vec<_>>())
         }
     };
-    let name = match rng.random_range(0..10) {
+    // Commits are rarer, so episodes last a while.
+    let name = match rng.random_range(0..16) {
         0 => garbage(rng),
         1 => word(rng),
-        2..6 => "execute_sql".to_string(),
+        2..15 => "execute_sql".to_string(),
         _ => "commit_final_answer".to_string(),
     };
     let param = match name.as_str() {
@@ -650,4 +651,39 @@ fn print_examples() {
             }
         }
     }
+}
+
+#[test]
+fn an_endless_view_in_place_of_the_table_cannot_hang_the_commit() {
+    let db = Db::default();
+    let mut env = (0..200)
+        .map(|i| db.episode(Split::Train, 3, i))
+        .find(|e| {
+            let tables = e.instance().data.domain.tables.len();
+            e.instance().question.goal == Goal::Write(tables - 1)
+        })
+        .unwrap();
+    env.reset();
+    let Goal::Write(t) = env.instance().question.goal else {
+        unreachable!()
+    };
+    let table = env.instance().data.domain.tables[t].name;
+    for query in [
+        format!("DROP TABLE {table}"),
+        format!(
+            "CREATE VIEW {table} AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c"
+        ),
+    ] {
+        let step = env.step(&sql_call(&query));
+        assert_eq!(
+            step.status,
+            Status::Running,
+            "{query}: {}",
+            step.observation
+        );
+    }
+    let start = Instant::now();
+    let step = env.step(&commit(&[]));
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert_eq!((step.reward, step.status), (0.0, Status::Completed));
 }

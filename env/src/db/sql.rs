@@ -134,6 +134,11 @@ impl Output {
 
 /// Runs one statement under the limits; the error is the observation.
 pub fn run(conn: &mut Connection, sql: &str) -> Result<Output, String> {
+    limited(conn, |conn| run_unlimited(conn, sql))?
+}
+
+/// Calls `f` with the step budget and the wall-clock backstop set on `conn`.
+fn limited<T>(conn: &mut Connection, f: impl FnOnce(&Connection) -> T) -> Result<T, String> {
     let start = Instant::now();
     let mut ticks: u64 = 0;
     let max_ticks = MAX_VM_STEPS / STEPS_PER_TICK as u64;
@@ -145,10 +150,10 @@ pub fn run(conn: &mut Connection, sql: &str) -> Result<Output, String> {
         }),
     )
     .map_err(describe)?;
-    let result = run_unlimited(conn, sql);
+    let result = f(conn);
     conn.progress_handler(0, None::<fn() -> bool>)
         .map_err(describe)?;
-    result
+    Ok(result)
 }
 
 fn run_unlimited(conn: &Connection, sql: &str) -> Result<Output, String> {
@@ -261,8 +266,15 @@ pub fn canonical(answers: &[String]) -> Vec<String> {
 }
 
 /// A hash of a table's content: its column names and the sorted multiset of its rows (row
-/// order and rowids do not count). `None` when the table cannot be read (dropped).
+/// order and rowids do not count). `None` when the table cannot be read (dropped, or replaced
+/// by a view that runs past the step budget).
 pub fn table_hash(conn: &mut Connection, table: &str) -> Option<u64> {
+    limited(conn, |conn| hash_unlimited(conn, table))
+        .ok()
+        .flatten()
+}
+
+fn hash_unlimited(conn: &Connection, table: &str) -> Option<u64> {
     let mut lines: Vec<String> = Vec::new();
     let columns = {
         let mut stmt = conn.prepare(&format!("SELECT * FROM {table}")).ok()?;
