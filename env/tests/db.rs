@@ -636,19 +636,21 @@ fn tools_are_in_the_vocabulary() {
 #[test]
 fn print_examples() {
     let db = Db::default();
-    for d in 1..=3 {
-        for i in 0..2 {
-            let mut env = db.instance(Split::Train, d, i);
-            let reset = env.reset();
-            println!("d{d} i{i}: {}", reset.instruction);
-            for (c, step) in run_oracle(env.as_mut()) {
-                println!(
-                    "  {} -> {} [{}]",
-                    agentry_env::render_call(&c),
-                    step.observation,
-                    step.reward
-                );
-            }
+    // Instances 0 and 1 of each difficulty, and the first join question of difficulty 3.
+    let join = (0..)
+        .find(|&i| db.episode(Split::Train, 3, i).instance().question.goal == Goal::Answer)
+        .unwrap();
+    for (d, i) in [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1), (3, join)] {
+        let mut env = db.instance(Split::Train, d, i);
+        let reset = env.reset();
+        println!("d{d} i{i}: {}", reset.instruction);
+        for (c, step) in run_oracle(env.as_mut()) {
+            println!(
+                "  {} -> {} [{}]",
+                agentry_env::render_call(&c),
+                step.observation,
+                step.reward
+            );
         }
     }
 }
@@ -686,4 +688,34 @@ fn an_endless_view_in_place_of_the_table_cannot_hang_the_commit() {
     let step = env.step(&commit(&[]));
     assert!(start.elapsed() < Duration::from_secs(3));
     assert_eq!((step.reward, step.status), (0.0, Status::Completed));
+}
+
+#[test]
+fn oracle_recovers_after_detours() {
+    let db = Db::default();
+    for d in 1..=3 {
+        for i in 0..50 {
+            let mut env = db.episode(Split::Test, d, i);
+            env.reset();
+            let table = env.instance().data.domain.tables[0].name;
+            // Detours: a read, a failing statement, a malformed call, an unknown tool.
+            let detours = [
+                sql_call(&format!("SELECT * FROM {table}")),
+                sql_call("SELECT nothing FROM nowhere"),
+                ToolCall::new("execute_sql", [("sql", json!("SELECT 1"))]),
+                ToolCall::new("run_sql", [("query", json!("SELECT 1"))]),
+            ];
+            for c in &detours {
+                env.step(c);
+            }
+            let gold = env.oracle().unwrap();
+            env.step(&gold);
+            // And again between the gold statement and the commit.
+            for c in &detours {
+                env.step(c);
+            }
+            run_oracle(&mut env);
+            assert!(env.success(), "{}", env.instance().instruction);
+        }
+    }
 }

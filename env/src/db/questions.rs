@@ -116,6 +116,14 @@ fn is_number(k: Kind) -> bool {
     matches!(k, Kind::Number(..))
 }
 
+/// A random number column of `table` whose sum means something (not a year).
+fn additive_column(table: &TableSpec, rng: &mut ChaCha8Rng) -> Option<usize> {
+    let all: Vec<usize> = (0..table.columns.len())
+        .filter(|&i| is_number(table.columns[i].kind) && !table.columns[i].name.ends_with("year"))
+        .collect();
+    all.choose(rng).copied()
+}
+
 /// A random table (index) having a column of each kind in `needs`.
 fn table_with(data: &Data, needs: &[fn(Kind) -> bool], rng: &mut ChaCha8Rng) -> Option<usize> {
     let all: Vec<usize> = (0..data.domain.tables.len())
@@ -307,7 +315,11 @@ fn aggregate_category(
 ) -> Option<Question> {
     let p = pick(data, table_with(data, &[is_category, is_number], rng)?)?;
     let k = any_column(p.table, is_category, rng)?;
-    let c = any_column(p.table, is_number, rng)?;
+    let c = if select.starts_with("SUM") {
+        additive_column(p.table, rng)?
+    } else {
+        any_column(p.table, is_number, rng)?
+    };
     let v = some_value(data, p.t, k, rng)?.literal();
     answer(
         text(p.label(c), p.table.plural, p.label(k), &v),
@@ -506,7 +518,7 @@ fn join_count(data: &Data, rng: &mut ChaCha8Rng) -> Option<Question> {
 
 fn join_sum(data: &Data, rng: &mut ChaCha8Rng) -> Option<Question> {
     let j = join(data, rng)?;
-    let c = any_column(j.child.table, is_number, rng)?;
+    let c = additive_column(j.child.table, rng)?;
     answer(
         format!(
             "What is the total {} of the {} linked to the {} {}?",
@@ -593,7 +605,7 @@ fn join_avg_having(data: &Data, rng: &mut ChaCha8Rng) -> Option<Question> {
 fn join_category(data: &Data, rng: &mut ChaCha8Rng) -> Option<Question> {
     let j = join(data, rng)?;
     let k = any_column(j.parent.table, is_category, rng)?;
-    let c = any_column(j.child.table, is_number, rng)?;
+    let c = additive_column(j.child.table, rng)?;
     let v = some_value(data, j.parent.t, k, rng)?.literal();
     answer(
         format!(
