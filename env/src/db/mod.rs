@@ -85,7 +85,7 @@ impl Db {
     /// database ready for the agent.
     ///
     /// # Panics
-    /// If no valid instance is found in [`MAX_DRAWS`] draws, which does not happen for the
+    /// If no valid instance is found in 10,000 draws, which does not happen for the
     /// generator's templates (a draw is valid far more often than not).
     pub fn build(&self, split: Split, difficulty: u8, index: u64) -> (Instance, Connection) {
         let difficulty = difficulty.clamp(1, 3);
