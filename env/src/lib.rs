@@ -15,6 +15,7 @@
 //!
 //! Built-in tasks (AgentBench-FC's five, rebuilt natively):
 //! - [`alfworld::Alfworld`]: a text household with ALFWorld's goals and commands;
+//! - [`db::Db`]: SQL questions and edits over a real (in-memory) SQLite database;
 //! - [`kg::Kg`]: question answering over a generated knowledge graph;
 //! - [`webshop::Webshop`]: finding and buying a product in a generated web shop.
 //!
@@ -25,6 +26,7 @@
 
 pub mod alfworld;
 pub mod controller;
+pub mod db;
 pub mod kg;
 pub mod syntax;
 pub mod tool;

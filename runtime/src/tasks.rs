@@ -12,7 +12,8 @@ pub fn builtin(env: BuiltinEnv) -> Option<Box<dyn TaskGenerator>> {
         BuiltinEnv::Alfworld => Some(Box::new(agentry_env::alfworld::Alfworld::default())),
         BuiltinEnv::Kg => Some(Box::new(agentry_env::kg::Kg::default())),
         BuiltinEnv::Webshop => Some(Box::new(agentry_env::webshop::Webshop::default())),
-        BuiltinEnv::Db | BuiltinEnv::Os => None,
+        BuiltinEnv::Db => Some(Box::new(agentry_env::db::Db::default())),
+        BuiltinEnv::Os => None,
     }
 }
 
