@@ -28,10 +28,12 @@ pub mod alfworld;
 pub mod controller;
 pub mod db;
 pub mod kg;
+pub mod random_agent;
 pub mod syntax;
 pub mod tool;
 pub mod webshop;
 
+pub use random_agent::RandomAgent;
 pub use syntax::{parse_call, render_call};
 pub use tool::{Param, ParamKind, ToolCall, ToolSchema};
 
