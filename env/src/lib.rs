@@ -13,11 +13,13 @@
 //! splits and difficulty levels 1–3. Every built-in task has an oracle that solves every
 //! instance; its actions are the demonstrations for supervised warm-up.
 //!
-//! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph).
+//! Built-in tasks: [`kg::Kg`] (question answering over a generated knowledge graph), [`os::Os`]
+//! (a sandboxed shell).
 //!
 //! This crate does not depend on burn: environments are pure Rust and fast to test.
 
 pub mod kg;
+pub mod os;
 pub mod syntax;
 pub mod tool;
 
