@@ -455,12 +455,13 @@ fn random_and_malformed_calls_never_panic() {
                 "{}",
                 step.observation
             );
-        } else if call.name == "bash_action" && call.arguments.len() == 1 {
-            if let Some(Json::String(s)) = call.arguments.get("script")
-                && s.chars().count() <= MAX_ARGUMENT_CHARS
-            {
-                assert_eq!(step.status, Status::Running);
-            }
+        } else if call.name == "bash_action"
+            && call.arguments.len() == 1
+            && let Some(Json::String(s)) = call.arguments.get("script")
+            && s.chars().count() <= MAX_ARGUMENT_CHARS
+        {
+            // A well-formed script is run, whatever it does.
+            assert_eq!(step.status, Status::Running);
         }
         assert!(env.shell().fs().bytes() <= fs::MAX_BYTES);
         assert!(env.shell().fs().len() <= fs::MAX_NODES);
@@ -729,35 +730,34 @@ fn the_module_has_no_host_access() {
 #[ignore = "a speed measurement; run with --release -- --ignored --nocapture"]
 fn speed() {
     let os = Os::default();
+    // Steps: 300 instances of each difficulty, each replayed by the oracle 100 times.
+    let envs: Vec<OsEnv> = (0..900)
+        .map(|i| os.episode(Split::Train, (i % 3) as u8 + 1, i / 3))
+        .collect();
     let start = std::time::Instant::now();
     let mut steps = 0u64;
-    let mut generated = 0u64;
-    while start.elapsed().as_secs_f64() < 3.0 {
-        for d in 1..=3 {
-            let mut env = os.episode(Split::Train, d, steps % 5000);
-            generated += 1;
-            let (_, trace, _, _) = run_oracle(&mut env);
-            steps += trace.len() as u64;
-            for _ in 0..20 {
-                env.reset();
-                while let Some(c) = env.oracle() {
-                    env.step(&c);
-                    steps += 1;
-                }
+    for mut env in envs {
+        for _ in 0..100 {
+            env.reset();
+            while let Some(c) = env.oracle() {
+                env.step(&c);
+                steps += 1;
             }
         }
     }
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "{steps} steps and {generated} instances in {secs:.2}s: {:.0} steps/s",
+        "{steps} oracle steps (with a reset per episode) in {secs:.2}s: {:.0} steps/s",
         steps as f64 / secs
     );
     let start = std::time::Instant::now();
-    for i in 0..2000 {
-        std::hint::black_box(os.task(Split::Test, (i % 3) as u8 + 1, i));
+    for split in SPLITS {
+        for i in 0..3000 {
+            std::hint::black_box(os.task(split, (i % 3) as u8 + 1, i));
+        }
     }
     println!(
-        "instance generation (test split): {:.1} us",
-        start.elapsed().as_secs_f64() * 1e6 / 2000.0
+        "instance generation: {:.1} us on average over both splits",
+        start.elapsed().as_secs_f64() * 1e6 / 6000.0
     );
 }

@@ -74,10 +74,27 @@ impl Os {
         }
     }
 
-    /// The split a generated task belongs to at `difficulty`: a pure function of its content.
+    /// The split a generated task belongs to at `difficulty`: a pure function of its content
+    /// (a hash of the same fields as [`Task::canonical`], streamed without building the text).
     pub fn split_of(&self, task: &Task, difficulty: u8) -> Split {
-        let h = hash(&[self.seed, u64::from(difficulty)], &task.canonical());
-        if h.is_multiple_of(TEST_ONE_IN) {
+        let mut h = Fnv::new(&[self.seed, u64::from(difficulty)]);
+        h.write(task.template.as_bytes());
+        h.write(&[0]);
+        h.write(task.instruction.as_bytes());
+        h.write(&[0]);
+        for (path, node) in task.fs.iter() {
+            h.write(path.as_bytes());
+            h.write(&node.mode().to_le_bytes());
+            match node {
+                fs::Node::Dir { .. } => h.write(&[0]),
+                fs::Node::File { content, .. } => {
+                    h.write(&[1]);
+                    h.write(&(content.len() as u64).to_le_bytes());
+                    h.write(content.as_bytes());
+                }
+            }
+        }
+        if h.finish().is_multiple_of(TEST_ONE_IN) {
             Split::Test
         } else {
             Split::Train
@@ -194,19 +211,36 @@ pub fn words(text: &str) -> impl Iterator<Item = &str> {
         .filter(|w| !w.is_empty())
 }
 
-/// A hash that is stable across platforms and Rust versions (FNV-1a, then a SplitMix64
-/// finalizer).
-fn hash(numbers: &[u64], text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = numbers
-        .iter()
-        .flat_map(|n| n.to_le_bytes())
-        .chain(text.bytes());
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+/// A hash that is stable across platforms and Rust versions: FNV-1a over the bytes, then a
+/// SplitMix64 finalizer.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new(numbers: &[u64]) -> Fnv {
+        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        for n in numbers {
+            h.write(&n.to_le_bytes());
+        }
+        h
     }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(self) -> u64 {
+        let mut h = self.0;
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^ (h >> 31)
+    }
+}
+
+fn hash(numbers: &[u64], text: &str) -> u64 {
+    let mut h = Fnv::new(numbers);
+    h.write(text.as_bytes());
+    h.finish()
 }

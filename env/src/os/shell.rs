@@ -664,27 +664,24 @@ impl Shell {
     /// Reads the inputs of a text command: the files named, or stdin when none (or `-`).
     /// Errors are reported as `cmd: NAME: message`; returns `(display name, text)` pairs and
     /// whether an error occurred.
-    fn inputs(
-        &self,
+    fn inputs<'a>(
+        &'a self,
         cmd: &str,
         files: &[&str],
-        stdin: &str,
+        stdin: &'a str,
         err: &mut Out,
-    ) -> (Vec<(String, String)>, bool) {
+    ) -> (Vec<(String, &'a str)>, bool) {
         if files.is_empty() {
-            return (vec![(String::new(), stdin.to_string())], false);
+            return (vec![(String::new(), stdin)], false);
         }
         let mut failed = false;
         let mut texts = Vec::new();
         for &f in files {
             if f == "-" {
-                texts.push(("(standard input)".to_string(), stdin.to_string()));
+                texts.push(("(standard input)".to_string(), stdin));
                 continue;
             }
-            match self
-                .path(f)
-                .and_then(|p| self.fs.read(&p).map(str::to_string))
-            {
+            match self.path(f).and_then(|p| self.fs.read(&p)) {
                 Ok(text) => texts.push((f.to_string(), text)),
                 Err(e) => {
                     err.line(&format!("{cmd}: {f}: {}", e.message()));
@@ -701,7 +698,7 @@ impl Shell {
         };
         let (texts, failed) = self.inputs("cat", &files, stdin, err);
         for (_, t) in texts {
-            out.push(&t);
+            out.push(t);
         }
         i32::from(failed)
     }
@@ -1329,9 +1326,9 @@ impl Shell {
         };
         let recursive = flags.contains('r') || flags.contains('R');
         let mut failed = false;
-        let mut texts: Vec<(String, String)> = Vec::new();
+        let mut texts: Vec<(String, &str)> = Vec::new();
         if files.is_empty() {
-            texts.push(("(standard input)".to_string(), stdin.to_string()));
+            texts.push(("(standard input)".to_string(), stdin));
         }
         for &f in files {
             match self.path(f) {
@@ -1341,12 +1338,12 @@ impl Shell {
                         if let Node::File { content, .. } = n {
                             let rel = q.get(p.len()..).unwrap_or_default();
                             let rel = if p == "/" { q.as_str() } else { rel };
-                            texts.push((format!("{base}{rel}"), content.clone()));
+                            texts.push((format!("{base}{rel}"), content.as_str()));
                         }
                     }
                 }
                 Ok(p) => match self.fs.read(&p) {
-                    Ok(t) => texts.push((f.to_string(), t.to_string())),
+                    Ok(t) => texts.push((f.to_string(), t)),
                     Err(e) => {
                         err.line(&format!("grep: {f}: {}", e.message()));
                         failed = true;

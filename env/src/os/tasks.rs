@@ -605,7 +605,7 @@ pub fn instantiate(template: &str, rng: &mut ChaCha8Rng, fs: &Fs) -> Option<Part
                     None => counts.push((1, u)),
                 }
             }
-            counts.sort_by(|a, b| b.0.cmp(&a.0));
+            counts.sort_by_key(|c| std::cmp::Reverse(c.0));
             let top = counts.first()?;
             if counts.get(1).is_some_and(|second| second.0 == top.0) {
                 return None;
