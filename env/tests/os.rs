@@ -29,6 +29,21 @@ fn pieces(text: &str) -> impl Iterator<Item = &str> {
         .filter(|w| !w.is_empty())
 }
 
+/// Every path of the file system is normalized: absolute, no empty, `.` or `..` component.
+fn assert_normalized(fs: &fs::Fs) {
+    for (path, _) in fs.iter() {
+        assert!(path.starts_with('/'), "{path}");
+        if path != "/" {
+            assert!(
+                path.split('/')
+                    .skip(1)
+                    .all(|c| !c.is_empty() && c != "." && c != ".."),
+                "{path}"
+            );
+        }
+    }
+}
+
 fn assert_in_vocab(vocab: &HashSet<String>, text: &str) {
     for w in pieces(text) {
         assert!(
@@ -465,6 +480,9 @@ fn random_and_malformed_calls_never_panic() {
         }
         assert!(env.shell().fs().bytes() <= fs::MAX_BYTES);
         assert!(env.shell().fs().len() <= fs::MAX_NODES);
+        if n % 97 == 0 {
+            assert_normalized(env.shell().fs());
+        }
         if step.done() {
             env = new_env(&mut index, &mut rng);
         }
@@ -658,6 +676,8 @@ fn sandbox_never_reaches_the_host() {
         "ls $(cat /etc/hostname)".into(),
         "echo `hostname`".into(),
         "grep -r root /".into(),
+        "cp -r / /tmp; mv / /tmp; cp -r /home /home/user; mv /home /home/user/x".into(),
+        "cd /tmp && cp -r . ..; mv . ..; rm -rf . ..".into(),
         "find / -name '*' | wc -l".into(),
         format!("grep {} /data/nums.txt", "a*".repeat(200)),
     ];
@@ -677,6 +697,7 @@ fn sandbox_never_reaches_the_host() {
             }
             assert!(env.shell().fs().bytes() <= fs::MAX_BYTES);
             assert!(env.shell().fs().len() <= fs::MAX_NODES);
+            assert_normalized(env.shell().fs());
         }
     }
     // Huge outputs are cut with a note.

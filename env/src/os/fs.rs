@@ -355,7 +355,7 @@ impl Fs {
     /// Copies `from` to `to` (which must not exist as a directory); directories with all they
     /// contain. Fails without changes if the limits would be exceeded.
     pub fn copy(&mut self, from: &str, to: &str) -> Result<(), FsError> {
-        if to == from || to.starts_with(&format!("{from}/")) {
+        if to == from || from == "/" || to.starts_with(&format!("{from}/")) {
             return Err(FsError::Invalid);
         }
         let node = self.get(from).cloned().ok_or_else(|| self.missing(from))?;

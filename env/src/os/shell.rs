@@ -511,6 +511,9 @@ impl Shell {
                         next.push(join(name));
                     }
                 }
+                if next.len() >= MAX_ARGS {
+                    break;
+                }
             }
             candidates = next;
         }
@@ -959,7 +962,7 @@ impl Shell {
                 status = 1;
                 continue;
             }
-            if is_dir && target.starts_with(&format!("{src}/")) {
+            if is_dir && (src == "/" || target.starts_with(&format!("{src}/"))) {
                 if copy {
                     err.line(&format!(
                         "cp: cannot copy a directory, '{s}', into itself, '{dest}'"
