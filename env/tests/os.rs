@@ -599,7 +599,7 @@ fn shell_behaves_like_bash() {
     let os = Os::default();
     let task = os.task(Split::Train, 1, 0);
     let mut sh = Shell::new(task.fs.clone());
-    let cases: [(&str, &str); 16] = [
+    let cases: [(&str, &str); 18] = [
         ("pwd", "/home/user\n"),
         ("cd ../../../.. && pwd", "/\n"),
         ("cd ~ && pwd", "/home/user\n"),
@@ -631,6 +631,14 @@ fn shell_behaves_like_bash() {
             "ls: cannot access 'd': No such file or directory\n",
         ),
         ("find . -name 'n*' -type f", "./n\n"),
+        (
+            "cat /nope; echo $?; cd /tmp && echo $PWD $NOPE \"$NOPE\"x",
+            "cat: /nope: No such file or directory\n1\n/tmp x\n",
+        ),
+        (
+            "cd /data; echo n*.txt '*.txt' ${HOME}/q",
+            "nums.txt *.txt /home/user/q\n",
+        ),
     ];
     for (script, expected) in cases {
         assert_eq!(sh.run(script), expected, "{script}");

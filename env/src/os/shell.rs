@@ -1,7 +1,7 @@
 //! A small POSIX-like shell over the in-memory [`Fs`]: lexing, parsing and the commands.
 //!
 //! Supported: words with `'...'`, `"..."` and `\` quoting; `$HOME`, `$USER`, `$PWD`, `$SHELL`
-//! and `$?` (expanded when the script is read, so `cd x; echo $PWD` shows the old directory);
+//! and `$?` (expanded when each command runs; other variables are empty);
 //! `~`; globs `*` and `?` in unquoted words; pipes `|`; `;`, newlines, `&&` and `||`;
 //! redirections `>`, `>>`, `<`, `2>`, `2>>`, `2>&1` and `/dev/null` as a target; `#` comments.
 //! Commands: `cat cd chmod cp cut echo find grep head ls mkdir mv pwd rm sort tail touch uniq
@@ -66,6 +66,7 @@ impl Out {
 }
 
 /// A word after quote removal; `pattern` keeps quoted glob characters escaped with `\`.
+/// Variables are substituted when the command runs, at the recorded byte offsets.
 #[derive(Clone, Debug, Default)]
 struct Word {
     text: String,
@@ -73,11 +74,16 @@ struct Word {
     glob: bool,
     started: bool,
     quoted: bool,
+    /// Whether the word has a character or quotes of its own (else an empty expansion drops it).
+    literal: bool,
+    /// `(offset in text, offset in pattern, name)` of each variable reference.
+    vars: Vec<(usize, usize, String)>,
 }
 
 impl Word {
     fn plain(&mut self, c: char) {
         self.started = true;
+        self.literal = true;
         self.text.push(c);
         if c == '\\' {
             self.pattern.push('\\');
@@ -91,6 +97,7 @@ impl Word {
     fn quoted(&mut self, c: char) {
         self.started = true;
         self.quoted = true;
+        self.literal = true;
         self.text.push(c);
         if matches!(c, '*' | '?' | '\\') {
             self.pattern.push('\\');
@@ -101,9 +108,16 @@ impl Word {
     fn quoted_str(&mut self, s: &str) {
         self.started = true;
         self.quoted = true;
+        self.literal = true;
         for c in s.chars() {
             self.quoted(c);
         }
+    }
+
+    fn var(&mut self, name: String) {
+        self.started = true;
+        self.quoted = true;
+        self.vars.push((self.text.len(), self.pattern.len(), name));
     }
 }
 
@@ -194,7 +208,7 @@ impl Shell {
     /// cut at [`MAX_OUTPUT_CHARS`] characters with [`CUT_NOTE`] appended.
     pub fn run(&mut self, script: &str) -> String {
         let mut term = Out::default();
-        match self.lex(script).and_then(parse) {
+        match Self::lex(script).and_then(parse) {
             Ok(lines) => {
                 for (link, pipeline) in lines {
                     let go = match link {
@@ -237,32 +251,7 @@ impl Shell {
         }
     }
 
-    /// Reads `$NAME`, `${NAME}` or `$?` at `chars[i]` (just after the `$`); returns the value
-    /// and the index after it, or `None` for a lone `$`.
-    fn dollar(&self, chars: &[char], i: usize) -> Option<(String, usize)> {
-        match chars.get(i) {
-            Some('?') => Some((self.var("?"), i + 1)),
-            Some('{') => {
-                let end = chars.get(i + 1..)?.iter().position(|&c| c == '}')? + i + 1;
-                let name: String = chars.get(i + 1..end)?.iter().collect();
-                Some((self.var(&name), end + 1))
-            }
-            Some(c) if c.is_ascii_alphabetic() || *c == '_' => {
-                let mut j = i;
-                while chars
-                    .get(j)
-                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
-                {
-                    j += 1;
-                }
-                let name: String = chars.get(i..j)?.iter().collect();
-                Some((self.var(&name), j))
-            }
-            _ => None,
-        }
-    }
-
-    fn lex(&self, script: &str) -> Result<Vec<Tok>, String> {
+    fn lex(script: &str) -> Result<Vec<Tok>, String> {
         let chars: Vec<char> = script.chars().collect();
         let mut toks = Vec::new();
         let mut word = Word::default();
@@ -345,6 +334,7 @@ impl Shell {
                 '\'' => {
                     word.started = true;
                     word.quoted = true;
+                    word.literal = true;
                     loop {
                         match chars.get(i) {
                             None => {
@@ -365,6 +355,7 @@ impl Shell {
                 '"' => {
                     word.started = true;
                     word.quoted = true;
+                    word.literal = true;
                     loop {
                         match chars.get(i) {
                             None => {
@@ -385,9 +376,9 @@ impl Shell {
                                 }
                                 i += 2;
                             }
-                            Some('$') => match self.dollar(&chars, i + 1) {
-                                Some((value, j)) => {
-                                    word.quoted_str(&value);
+                            Some('$') => match dollar(&chars, i + 1) {
+                                Some((name, j)) => {
+                                    word.var(name);
                                     i = j;
                                 }
                                 None => {
@@ -421,9 +412,9 @@ impl Shell {
                         "bash: command substitution is not supported in this sandbox".to_string(),
                     );
                 }
-                '$' => match self.dollar(&chars, i) {
-                    Some((value, j)) => {
-                        word.quoted_str(&value);
+                '$' => match dollar(&chars, i) {
+                    Some((name, j)) => {
+                        word.var(name);
                         i = j;
                     }
                     None => word.plain('$'),
@@ -461,16 +452,38 @@ impl Shell {
         status
     }
 
-    /// Expands a word: an unquoted glob becomes the sorted matching paths (or stays as written
-    /// when nothing matches, as in bash).
+    /// Expands a word: variables are substituted, then an unquoted glob becomes the sorted
+    /// matching paths (or stays as written when nothing matches, as in bash). A word made only
+    /// of unquoted variables that are empty disappears.
     fn expand(&self, word: &Word, into: &mut Vec<String>) {
-        if !word.glob {
-            into.push(word.text.clone());
+        let mut text = String::with_capacity(word.text.len());
+        let mut pattern = String::with_capacity(word.pattern.len());
+        let (mut t0, mut p0) = (0, 0);
+        for (t, p, name) in &word.vars {
+            text.push_str(word.text.get(t0..*t).unwrap_or_default());
+            pattern.push_str(word.pattern.get(p0..*p).unwrap_or_default());
+            let value = self.var(name);
+            text.push_str(&value);
+            for c in value.chars() {
+                if matches!(c, '*' | '?' | '\\') {
+                    pattern.push('\\');
+                }
+                pattern.push(c);
+            }
+            (t0, p0) = (*t, *p);
+        }
+        text.push_str(word.text.get(t0..).unwrap_or_default());
+        pattern.push_str(word.pattern.get(p0..).unwrap_or_default());
+        if text.is_empty() && !word.literal {
             return;
         }
-        let found = self.glob(&word.pattern);
+        let found = if word.glob {
+            self.glob(&pattern)
+        } else {
+            Vec::new()
+        };
         if found.is_empty() {
-            into.push(word.text.clone());
+            into.push(text);
         } else {
             into.extend(found);
         }
@@ -1499,6 +1512,31 @@ impl Shell {
             }
         }
         status
+    }
+}
+
+/// Reads `$NAME`, `${NAME}` or `$?` at `chars[i]` (just after the `$`); returns the name and
+/// the index after it, or `None` for a lone `$`.
+fn dollar(chars: &[char], i: usize) -> Option<(String, usize)> {
+    match chars.get(i) {
+        Some('?') => Some(("?".to_string(), i + 1)),
+        Some('{') => {
+            let end = chars.get(i + 1..)?.iter().position(|&c| c == '}')? + i + 1;
+            let name: String = chars.get(i + 1..end)?.iter().collect();
+            Some((name, end + 1))
+        }
+        Some(c) if c.is_ascii_alphabetic() || *c == '_' => {
+            let mut j = i;
+            while chars
+                .get(j)
+                .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
+            {
+                j += 1;
+            }
+            let name: String = chars.get(i..j)?.iter().collect();
+            Some((name, j))
+        }
+        _ => None,
     }
 }
 
