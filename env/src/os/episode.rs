@@ -13,13 +13,20 @@ pub const NO_OUTPUT: &str = "(no output)";
 /// The observation that ends an episode (the reward says whether it was solved).
 pub const DONE: &str = "done";
 
-/// Error observations of the episode itself (calls to the tools that do not fit the task).
-pub(crate) const ERRORS: [&str; 4] = [
-    "Error: the episode is over.",
-    "Error: the answer is empty.",
-    "Error: this task changes files; call finish_action() when they are right.",
-    "Error: this task asks a question; answer it with answer_action(answer).",
-];
+/// The observation of a call after the episode ended.
+pub const OVER: &str = "Error: the episode is over.";
+/// The observation of an empty `answer_action`.
+pub const EMPTY_ANSWER: &str = "Error: the answer is empty.";
+/// The observation of `answer_action` on a task that asks for a change.
+pub const NOT_A_QUESTION: &str =
+    "Error: this task changes files; call finish_action() when they are right.";
+/// The observation of `finish_action` on a question.
+pub const NOT_A_CHANGE: &str =
+    "Error: this task asks a question; answer it with answer_action(answer).";
+
+/// Error observations of the episode itself (calls that do not fit the task), for the
+/// vocabulary.
+pub(crate) const ERRORS: [&str; 4] = [OVER, EMPTY_ANSWER, NOT_A_QUESTION, NOT_A_CHANGE];
 
 /// One episode of an OS task.
 #[derive(Clone, Debug)]
@@ -93,7 +100,7 @@ impl Environment for OsEnv {
     fn step(&mut self, call: &ToolCall) -> Step {
         if self.finished() {
             return Step {
-                observation: ERRORS[0].to_string(),
+                observation: OVER.to_string(),
                 reward: 0.0,
                 status: Status::Completed,
             };
@@ -126,17 +133,17 @@ impl Environment for OsEnv {
             (ANSWER, Goal::Answer(expected)) => {
                 let given = call.str_arg("answer").trim();
                 if given.is_empty() {
-                    return OsEnv::invalid(ERRORS[1]);
+                    return OsEnv::invalid(EMPTY_ANSWER);
                 }
                 let solved = given == expected.trim();
                 self.end(solved)
             }
-            (ANSWER, Goal::State(_)) => OsEnv::invalid(ERRORS[2]),
+            (ANSWER, Goal::State(_)) => OsEnv::invalid(NOT_A_QUESTION),
             (FINISH, Goal::State(expect)) => {
                 let solved = expect.check(self.shell.fs());
                 self.end(solved)
             }
-            (FINISH, Goal::Answer(_)) => OsEnv::invalid(ERRORS[3]),
+            (FINISH, Goal::Answer(_)) => OsEnv::invalid(NOT_A_CHANGE),
             // `find` accepted only the three tools above.
             _ => OsEnv::invalid("Error: unknown tool."),
         }

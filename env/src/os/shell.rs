@@ -28,7 +28,7 @@ pub const MAX_COMMANDS: usize = 32;
 /// Most arguments one command may get after glob expansion.
 pub const MAX_ARGS: usize = 512;
 /// Most atoms in a `grep` pattern (matching costs pattern length times line length).
-pub const MAX_PATTERN: usize = 256;
+pub const MAX_PATTERN: usize = 64;
 
 /// The commands the shell knows.
 pub const COMMANDS: [&str; 19] = [
