@@ -101,23 +101,26 @@ impl Os {
         }
     }
 
-    /// Instance `index` of `split` at `difficulty` (clamped to 1..=3): the first candidate of
-    /// the index's seeded stream that fits its template and belongs to `split`.
+    /// Instance `index` of `split` at `difficulty` (clamped to 1..=3): the index draws a
+    /// template; the first candidate file system of the index's seeded stream that fits the
+    /// template and whose task belongs to `split` is the instance.
     pub fn task(&self, split: Split, difficulty: u8, index: u64) -> Task {
         let d = difficulty.clamp(1, 3);
         let templates = tasks::TEMPLATES
             .get(usize::from(d) - 1)
             .copied()
             .unwrap_or_default();
+        // The template is fixed by the index, so templates are equally frequent even though
+        // some decline more file systems than others.
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(hash(&[self.seed, u64::from(d), index], "template"));
+        let template = templates.choose(&mut rng).copied().unwrap_or_default();
         let mut attempt = 0u64;
         loop {
             let seed = hash(&[self.seed, u64::from(d), index, attempt], "os");
             attempt += 1;
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let fs = tasks::world(&mut rng);
-            let Some(&template) = templates.choose(&mut rng) else {
-                continue;
-            };
             let Some((instruction, goal, plan)) = tasks::instantiate(template, &mut rng, &fs)
             else {
                 continue;
