@@ -713,6 +713,15 @@ fn sandbox_never_reaches_the_host() {
     env.reset();
     let step = env.step(&bash(&format!("cat {big}")));
     assert!(step.observation.ends_with(CUT_NOTE), "{}", step.observation);
+    // Work per script is bounded: grep over hundreds of copies of a large file stops early.
+    env.step(&bash(&format!("cat {big} > /tmp/b")));
+    let many = vec!["/tmp/b"; 300].join(" ");
+    let step = env.step(&bash(&format!("grep -c '{}' {many}", "x*".repeat(30))));
+    assert!(
+        step.observation.contains("the sandbox's limit"),
+        "{}",
+        step.observation
+    );
     // Deep directories are bounded.
     let step = env.step(&bash(&format!("mkdir -p /x/{deep}")));
     assert!(

@@ -11,6 +11,8 @@
 //! a script at [`MAX_COMMANDS`]; the file system has its own limits. The terminal output of a
 //! script is cut at [`MAX_OUTPUT_CHARS`] characters with a note.
 
+use std::cell::Cell;
+
 use super::fs::{self, Fs, FsError, Node};
 
 /// The home directory (`~`) and the start directory.
@@ -27,6 +29,9 @@ pub const MAX_PIPELINE: usize = 8;
 pub const MAX_COMMANDS: usize = 32;
 /// Most arguments one command may get after glob expansion.
 pub const MAX_ARGS: usize = 512;
+/// Most work units one script may spend: a byte read by a text command is one unit, and `grep`
+/// also pays a unit per byte for every 16 atoms of its pattern. Bounds the time of any step.
+pub const MAX_WORK: usize = 4 * 1024 * 1024;
 /// Most atoms in a `grep` pattern (matching costs pattern length times line length).
 pub const MAX_PATTERN: usize = 64;
 
@@ -182,6 +187,8 @@ pub struct Shell {
     fs: Fs,
     cwd: String,
     status: i32,
+    /// Work spent by the running script, against [`MAX_WORK`].
+    work: Cell<usize>,
 }
 
 impl Shell {
@@ -191,6 +198,7 @@ impl Shell {
             fs,
             cwd: HOME.to_string(),
             status: 0,
+            work: Cell::new(0),
         }
     }
 
@@ -207,6 +215,7 @@ impl Shell {
     /// Runs `script` and returns its terminal output (stdout and stderr in the order written),
     /// cut at [`MAX_OUTPUT_CHARS`] characters with [`CUT_NOTE`] appended.
     pub fn run(&mut self, script: &str) -> String {
+        self.work.set(0);
         let mut term = Out::default();
         match Self::lex(script).and_then(parse) {
             Ok(lines) => {
@@ -539,6 +548,19 @@ impl Shell {
         fs::resolve(&self.cwd, HOME, arg)
     }
 
+    /// Spends `units` of the script's work; `false` (with an error line) once it is used up.
+    fn charge(&self, cmd: &str, units: usize, err: &mut Out) -> bool {
+        let work = self.work.get().saturating_add(units);
+        self.work.set(work);
+        if work > MAX_WORK {
+            err.line(&format!(
+                "{cmd}: this script read more than {MAX_WORK} bytes, the sandbox's limit"
+            ));
+            return false;
+        }
+        true
+    }
+
     /// Sets up redirections, runs the command, routes its output.
     fn command(&mut self, cmd: &Cmd, stdin: &str, out: &mut Out, err: &mut Out) -> i32 {
         let mut args = Vec::new();
@@ -688,16 +710,28 @@ impl Shell {
         err: &mut Out,
     ) -> (Vec<(String, &'a str)>, bool) {
         if files.is_empty() {
-            return (vec![(String::new(), stdin)], false);
+            let ok = self.charge(cmd, stdin.len(), err);
+            return (
+                if ok {
+                    vec![(String::new(), stdin)]
+                } else {
+                    Vec::new()
+                },
+                !ok,
+            );
         }
         let mut failed = false;
         let mut texts = Vec::new();
         for &f in files {
             if f == "-" {
+                if !self.charge(cmd, stdin.len(), err) {
+                    return (texts, true);
+                }
                 texts.push(("(standard input)".to_string(), stdin));
                 continue;
             }
             match self.path(f).and_then(|p| self.fs.read(&p)) {
+                Ok(text) if !self.charge(cmd, text.len(), err) => return (texts, true),
                 Ok(text) => texts.push((f.to_string(), text)),
                 Err(e) => {
                     err.line(&format!("{cmd}: {f}: {}", e.message()));
@@ -1370,6 +1404,11 @@ impl Shell {
                     failed = true;
                 }
             }
+        }
+        let bytes: usize = texts.iter().map(|(_, t)| t.len()).sum();
+        let cost = bytes.saturating_mul(1 + regex.atoms.len() / 16);
+        if !self.charge("grep", cost, err) {
+            return 2;
         }
         let prefix = (files.len() > 1 || recursive) && !flags.contains('h');
         let invert = flags.contains('v');
