@@ -7,8 +7,9 @@
 //! Commands: `cat cd chmod cp cut echo find grep head ls mkdir mv pwd rm sort tail touch uniq
 //! wc`. Anything else is `bash: NAME: command not found`.
 //!
-//! Every stream is capped at [`MAX_STREAM`] bytes, a pipeline at [`MAX_PIPELINE`] commands and
-//! a script at [`MAX_COMMANDS`]; the file system has its own limits. The terminal output of a
+//! Every stream is capped at [`MAX_STREAM`] bytes, a pipeline at [`MAX_PIPELINE`] commands, a
+//! script at [`MAX_COMMANDS`] commands and [`MAX_WORK`] units of reading; the file system has
+//! its own limits. The terminal output of a
 //! script is cut at [`MAX_OUTPUT_CHARS`] characters with a note.
 
 use std::cell::Cell;
