@@ -9,8 +9,8 @@
 //!
 //! Every stream is capped at [`MAX_STREAM`] bytes, a pipeline at [`MAX_PIPELINE`] commands, a
 //! script at [`MAX_COMMANDS`] commands and [`MAX_WORK`] units of reading; the file system has
-//! its own limits. The terminal output of a
-//! script is cut at [`MAX_OUTPUT_CHARS`] characters with a note.
+//! its own limits. The terminal output of a script is cut at [`MAX_OUTPUT_CHARS`] characters
+//! with a note.
 
 use std::cell::Cell;
 
