@@ -17,6 +17,7 @@
 //! - [`alfworld::Alfworld`]: a text household with ALFWorld's goals and commands;
 //! - [`db::Db`]: SQL questions and edits over a real (in-memory) SQLite database;
 //! - [`kg::Kg`]: question answering over a generated knowledge graph;
+//! - [`os::Os`]: a sandboxed shell over an in-memory file system;
 //! - [`webshop::Webshop`]: finding and buying a product in a generated web shop.
 //!
 //! [`controller::Controller`] serves many sessions concurrently on a pool of worker threads, with
@@ -28,6 +29,7 @@ pub mod alfworld;
 pub mod controller;
 pub mod db;
 pub mod kg;
+pub mod os;
 pub mod random_agent;
 pub mod syntax;
 pub mod tool;

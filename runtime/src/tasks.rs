@@ -13,7 +13,7 @@ pub fn builtin(env: BuiltinEnv) -> Option<Box<dyn TaskGenerator>> {
         BuiltinEnv::Kg => Some(Box::new(agentry_env::kg::Kg::default())),
         BuiltinEnv::Webshop => Some(Box::new(agentry_env::webshop::Webshop::default())),
         BuiltinEnv::Db => Some(Box::new(agentry_env::db::Db::default())),
-        BuiltinEnv::Os => None,
+        BuiltinEnv::Os => Some(Box::new(agentry_env::os::Os::default())),
     }
 }
 
