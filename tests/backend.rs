@@ -53,6 +53,7 @@ fn check_run(summary: &RunSummary) {
     }
     for file in [
         "experiment.json",
+        "task_versions.json",
         "tokenizer.json",
         "summary.json",
         "policy.mpk",

@@ -221,6 +221,15 @@ impl<B: AutodiffBackend> Trainer<B> {
         let optimizer = PolicyOptimizer::new(&spec.train.optimizer);
         let run_dir = RunDir::create(&options.out, &spec.name, spec.seed)?;
         run_dir.write_json("experiment.json", &spec)?;
+        // Instances are a function of each generator's version; recording it makes every
+        // episode of the run replayable.
+        let versions: serde_json::Map<String, serde_json::Value> = spec
+            .tasks
+            .iter()
+            .zip(&tasks)
+            .map(|(task, generator)| (task.name.clone(), generator.version().into()))
+            .collect();
+        run_dir.write_json("task_versions.json", &versions)?;
         chat.tokenizer()
             .save(run_dir.path().join("tokenizer.json"))
             .map_err(|e| RunError::Io {
