@@ -6,8 +6,7 @@
 
 use agentry::env::tool;
 use agentry::env::{
-    Environment, Param, ParamKind, Reset, Split, Status, Step, TaskGenerator, ToolCall,
-    ToolSchema,
+    Environment, Param, ParamKind, Reset, Split, Status, Step, TaskGenerator, ToolCall, ToolSchema,
 };
 
 /// The task: rows of 3, 5 or 7 lights (difficulty 1, 2, 3).
@@ -21,7 +20,7 @@ impl Lights {
     fn pattern(split: Split, difficulty: u8, index: u64) -> Vec<bool> {
         let width = 1 + 2 * u32::from(difficulty.clamp(1, 3));
         let all_on = (1u64 << width) - 1;
-        let in_split = |n: &u64| (*n % 5 == 0) == (split == Split::Test);
+        let in_split = |n: &u64| n.is_multiple_of(5) == (split == Split::Test);
         let candidates: Vec<u64> = (0..all_on).filter(in_split).collect();
         let n = candidates[(index % candidates.len() as u64) as usize];
         (0..width).map(|bit| n >> bit & 1 == 1).collect()
