@@ -32,6 +32,9 @@ pub enum RunError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The environment controller's worker threads could not be started.
+    #[error("cannot start the environment controller: {0}")]
+    Controller(std::io::Error),
     /// Training produced a non-finite loss.
     #[error("the loss became {value} at step {step}; lower the learning rate or enable grad_clip")]
     Diverged {

@@ -5,14 +5,18 @@
 //! stepped in its environment (a reply that does not parse is answered with the parser's error,
 //! as an observation, without touching the environment). Every generated token keeps the
 //! log-probability it was sampled with, which the loss uses as the behaviour policy.
+//!
+//! Environments run under a [`Controller`]: each turn's steps run in parallel on its workers,
+//! and an environment that panics or hangs ends only its own episode, with
+//! [`Status::TaskError`].
 
-use agentry_env::{Environment, Split, Status, TaskGenerator};
+use agentry_env::controller::{Controller, SessionId};
+use agentry_env::{Environment, Split, Status, Step, TaskGenerator, ToolCall, parse_call};
 use burn::tensor::backend::Backend;
 use rand::Rng;
 
 use crate::model::{Policy, Sampling, generate};
 use crate::text::{ChatFormat, Transcript};
-use agentry_env::parse_call;
 
 /// Which instance an episode plays, and under what budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,28 +54,40 @@ pub struct Episode {
     pub status: Status,
 }
 
-/// Plays `specs` to the end with `policy`, all episodes batched together.
+/// Plays `specs` to the end with `policy`, all episodes batched together, their environments
+/// stepped by `controller`.
 ///
 /// Episodes end when the environment says so, at their turn budget, or when the context is
-/// full (`TaskLimitReached`).
+/// full (`TaskLimitReached`). An environment that fails to reset ends its episode at once with
+/// `TaskError` and an empty transcript (nothing to learn from).
+#[allow(clippy::too_many_arguments)]
 pub fn play<B: Backend>(
     policy: &Policy<B>,
     chat: &ChatFormat,
     tasks: &[Box<dyn TaskGenerator>],
+    controller: &Controller,
     specs: &[EpisodeSpec],
     sampling: &Sampling,
     context: usize,
     rng: &mut impl Rng,
 ) -> Vec<Episode> {
-    let mut envs: Vec<Box<dyn Environment>> = specs
+    let envs: Vec<Box<dyn Environment>> = specs
         .iter()
         .map(|s| tasks[s.task].instance(s.split, s.difficulty, s.index))
         .collect();
+    let mut sessions: Vec<Option<SessionId>> = Vec::with_capacity(specs.len());
     let mut episodes: Vec<Episode> = specs
         .iter()
-        .zip(envs.iter_mut())
-        .map(|(spec, env)| {
-            let transcript = chat.begin(&env.reset());
+        .zip(controller.start_many(envs))
+        .map(|(spec, started)| {
+            let (session, transcript, status) = match started {
+                Ok(agentry_env::controller::Started {
+                    id,
+                    reset: Ok(reset),
+                }) => (Some(id), chat.begin(&reset), Status::Running),
+                Ok(_) | Err(_) => (None, Transcript::default(), Status::TaskError),
+            };
+            sessions.push(session);
             Episode {
                 spec: *spec,
                 logprobs: vec![0.0; transcript.tokens.len()],
@@ -79,16 +95,17 @@ pub fn play<B: Backend>(
                 reward: 0.0,
                 success: false,
                 turns: 0,
-                status: Status::Running,
+                status,
             }
         })
         .collect();
 
     loop {
         // Episodes whose context cannot hold another reply end here.
-        for episode in episodes.iter_mut().filter(|e| e.is_running()) {
-            if episode.transcript.tokens.len() + 2 > context {
+        for (i, episode) in episodes.iter_mut().enumerate() {
+            if episode.is_running() && episode.transcript.tokens.len() + 2 > context {
                 episode.status = Status::TaskLimitReached;
+                episode.success = finish(controller, sessions[i]);
             }
         }
         let active: Vec<usize> = (0..episodes.len())
@@ -107,14 +124,32 @@ pub fn play<B: Backend>(
             ..sampling.clone()
         };
         let generations = generate(policy, &prompts, &turn_sampling, rng);
-        for (&i, generation) in active.iter().zip(generations) {
+
+        // Parse every reply; the parsed calls of this turn are stepped together.
+        let parsed: Vec<Result<ToolCall, String>> = active
+            .iter()
+            .zip(&generations)
+            .map(|(_, g)| parse_call(&chat.agent_text(&g.tokens)))
+            .collect();
+        let calls: Vec<(SessionId, ToolCall)> = active
+            .iter()
+            .zip(&parsed)
+            .filter_map(|(&i, call)| Some((sessions[i]?, call.as_ref().ok()?.clone())))
+            .collect();
+        let mut answers = controller.step_many(&calls).into_iter();
+
+        for ((&i, generation), call) in active.iter().zip(generations).zip(parsed) {
             let episode = &mut episodes[i];
             chat.push_agent(&mut episode.transcript, &generation.tokens);
             episode.logprobs.extend_from_slice(&generation.logprobs);
             episode.turns += 1;
-            let step = match parse_call(&chat.agent_text(&generation.tokens)) {
-                Ok(call) => envs[i].step(&call),
-                Err(message) => agentry_env::Step {
+            let step = match call {
+                Ok(_) => match answers.next() {
+                    Some(Ok(step)) => step,
+                    Some(Err(e)) => failed(e.to_string()),
+                    None => failed("the controller gave no answer".to_string()),
+                },
+                Err(message) => Step {
                     observation: message,
                     reward: 0.0,
                     status: Status::InvalidAction,
@@ -123,18 +158,40 @@ pub fn play<B: Backend>(
             episode.reward += step.reward;
             if step.done() {
                 episode.status = step.status;
+                episode.success = sessions[i]
+                    .and_then(|id| controller.success(id).ok())
+                    .unwrap_or(false);
             } else if episode.turns >= episode.spec.max_turns {
                 episode.status = Status::TaskLimitReached;
+                episode.success = finish(controller, sessions[i]);
             } else {
                 let before = episode.transcript.tokens.len();
                 chat.push_observation(&mut episode.transcript, &step.observation);
                 let added = episode.transcript.tokens.len() - before;
                 episode.logprobs.extend(std::iter::repeat_n(0.0, added));
             }
-            episode.success = envs[i].success();
         }
     }
     episodes
+}
+
+/// Ends a session the runtime stops (turn budget, context); returns whether it was solved.
+fn finish(controller: &Controller, session: Option<SessionId>) -> bool {
+    let Some(id) = session else {
+        return false;
+    };
+    let success = controller.success(id).unwrap_or(false);
+    let _ = controller.cancel(id);
+    success
+}
+
+/// The step of an environment call the controller could not serve.
+fn failed(reason: String) -> Step {
+    Step {
+        observation: format!("Error: the environment failed: {reason}"),
+        reward: 0.0,
+        status: Status::TaskError,
+    }
 }
 
 impl Episode {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use agentry_dsl::spec::{self, AdvantageNorm, AlgorithmKind, Device, KlPlacement};
+use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::{Split, TaskGenerator};
 use burn::module::AutodiffModule;
 use burn::module::Module;
@@ -168,6 +169,8 @@ struct Trainer<B: AutodiffBackend> {
     spec: spec::Experiment,
     device_name: String,
     tasks: Vec<Box<dyn TaskGenerator>>,
+    /// Steps the environments of every rollout in parallel, isolating failures.
+    controller: Controller,
     chat: ChatFormat,
     policy: Policy<B>,
     optimizer: PolicyOptimizer<Policy<B>, B>,
@@ -236,7 +239,10 @@ impl<B: AutodiffBackend> Trainer<B> {
                 path: run_dir.path().join("tokenizer.json"),
                 source: std::io::Error::other(e.to_string()),
             })?;
+        let controller =
+            Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?;
         Ok(Trainer {
+            controller,
             context: arch.context,
             device_name,
             spec,
@@ -409,6 +415,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             &inference,
             &self.chat,
             &self.tasks,
+            &self.controller,
             &specs,
             &sampling,
             self.context,
@@ -603,6 +610,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             &self.policy.valid(),
             &self.chat,
             &self.tasks,
+            &self.controller,
             &specs,
             &self.sampling(eval.greedy),
             self.context,

@@ -1,0 +1,116 @@
+//! Rollout under the controller: an environment that panics ends only its own episode.
+
+use agentry_env::controller::{Controller, ControllerConfig};
+use agentry_env::kg::Kg;
+use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall};
+use agentry_runtime::model::{PolicyConfig, Sampling};
+use agentry_runtime::rollout::{EpisodeSpec, play};
+use agentry_runtime::text::{ChatFormat, Tokenizer};
+use burn::backend::Flex;
+use burn::tensor::backend::Backend;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// A task whose episodes panic as soon as they start.
+struct Broken;
+
+impl TaskGenerator for Broken {
+    fn version(&self) -> &str {
+        "broken-1"
+    }
+
+    fn instance(&self, _: Split, _: u8, _: u64) -> Box<dyn Environment> {
+        Box::new(BrokenEnv)
+    }
+}
+
+#[derive(Clone)]
+struct BrokenEnv;
+
+impl Environment for BrokenEnv {
+    fn reset(&mut self) -> Reset {
+        panic!("the world is on fire")
+    }
+
+    fn step(&mut self, _: &ToolCall) -> Step {
+        panic!("unreachable in this test")
+    }
+
+    fn oracle(&self) -> Option<ToolCall> {
+        None
+    }
+
+    fn success(&self) -> bool {
+        false
+    }
+
+    fn box_clone(&self) -> Box<dyn Environment> {
+        Box::new(self.clone())
+    }
+}
+
+#[test]
+fn a_panicking_environment_ends_only_its_episode() {
+    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Kg::default()), Box::new(Broken)];
+    let chat = ChatFormat::new(Tokenizer::train(
+        ["get_neighbors(variable, relation) count(variable)"],
+        300,
+    ));
+    let device = Default::default();
+    Flex::seed(&device, 1);
+    let policy = PolicyConfig {
+        vocab: chat.tokenizer().vocab_size(),
+        layers: 1,
+        d_model: 16,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 32,
+        context: 256,
+        tie_embeddings: true,
+    }
+    .init::<Flex>(&device);
+    let controller = Controller::new(ControllerConfig::default()).unwrap();
+    let specs: Vec<EpisodeSpec> = (0..8)
+        .map(|i| EpisodeSpec {
+            task: i % 2,
+            split: Split::Train,
+            difficulty: 1,
+            index: i as u64,
+            max_turns: 2,
+            group: i,
+        })
+        .collect();
+    let sampling = Sampling {
+        temperature: 1.0,
+        top_p: 1.0,
+        max_new_tokens: 8,
+        stop: vec![chat.end_token()],
+        greedy: false,
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let episodes = play(
+        &policy,
+        &chat,
+        &tasks,
+        &controller,
+        &specs,
+        &sampling,
+        256,
+        &mut rng,
+    );
+    for episode in &episodes {
+        if episode.spec.task == 1 {
+            assert_eq!(episode.status, Status::TaskError);
+            assert!(episode.transcript.is_empty() && episode.turns == 0);
+        } else {
+            assert_ne!(episode.status, Status::TaskError);
+            assert!(episode.turns >= 1 && !episode.transcript.is_empty());
+        }
+    }
+    assert_eq!(controller.stats().panics, 4);
+    assert_eq!(
+        controller.stats().live_sessions,
+        0,
+        "every session is closed"
+    );
+}
