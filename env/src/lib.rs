@@ -26,6 +26,7 @@
 //! This crate does not depend on burn: environments are pure Rust and fast to test.
 
 pub mod alfworld;
+pub mod content_hash;
 pub mod controller;
 pub mod db;
 pub mod kg;

@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 #[cfg(doc)]
 use crate::Status;
+use crate::content_hash::content_hash;
 use crate::{Environment, Split, TaskGenerator};
 
 /// The version of generated instances; bumped whenever they change.
@@ -41,9 +42,6 @@ pub const VERSION: &str = "alfworld-1";
 
 /// The seed of the standard task ([`Alfworld::default`]).
 pub const STANDARD_SEED: u64 = 1;
-
-/// Share of rooms that go to the test split: one in `TEST_ONE_IN`.
-const TEST_ONE_IN: u64 = 5;
 
 /// The ALFWorld task: a seeded generator of household rooms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,11 +64,7 @@ impl Alfworld {
 
     /// The split a room belongs to: decided by a hash of its canonical content.
     pub fn split_of(&self, instance: &Instance) -> Split {
-        if hash(&[self.seed], &instance.key()).is_multiple_of(TEST_ONE_IN) {
-            Split::Test
-        } else {
-            Split::Train
-        }
+        Split::of_hash(content_hash(&[self.seed], &instance.key()))
     }
 
     /// The room of instance `index` of `split` at `difficulty` (clamped to 1..=3).
@@ -81,7 +75,7 @@ impl Alfworld {
         // 1e-19).
         let mut attempt: u64 = 0;
         loop {
-            let seed = hash(&[self.seed, u64::from(difficulty), index, attempt], "room");
+            let seed = content_hash(&[self.seed, u64::from(difficulty), index, attempt], "room");
             let room = Instance::generate(seed, difficulty);
             if self.split_of(&room) == split {
                 return room;
@@ -124,21 +118,4 @@ impl TaskGenerator for Alfworld {
         pieces.extend([",", ":", "/"].map(str::to_string));
         pieces.into_iter().collect()
     }
-}
-
-/// A hash that is stable across platforms and Rust versions (FNV-1a, then a SplitMix64
-/// finalizer).
-fn hash(numbers: &[u64], text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = numbers
-        .iter()
-        .flat_map(|n| n.to_le_bytes())
-        .chain(text.bytes());
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
 }

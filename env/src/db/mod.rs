@@ -39,6 +39,7 @@ use rand::seq::IndexedRandom;
 use rand_chacha::ChaCha8Rng;
 use rusqlite::Connection;
 
+use crate::content_hash::content_hash;
 use crate::{Environment, Split, TaskGenerator};
 
 /// The version of generated instances; bumped whenever they change.
@@ -50,9 +51,6 @@ pub const STANDARD_SEED: u64 = 1;
 /// Largest number an answer may hold; instances whose answers go beyond are skipped, so the
 /// vocabulary can hold every number `0..=MAX_NUMBER`.
 pub const MAX_NUMBER: i64 = 2100;
-
-/// Share of instances in the test split: one in `TEST_ONE_IN`.
-const TEST_ONE_IN: u64 = 5;
 
 /// Most draws for one instance (about 5 are needed on average for the test split).
 const MAX_DRAWS: u64 = 10_000;
@@ -94,7 +92,7 @@ impl Db {
             Split::Test => 1,
         };
         for draw in 0..MAX_DRAWS {
-            let seed = hash(
+            let seed = content_hash(
                 &[self.seed, u64::from(difficulty), split_tag, index, draw],
                 "db draw",
             );
@@ -132,11 +130,7 @@ pub fn canonical_content(script: &str, question: &Question) -> String {
 
 /// The split an instance with this canonical content belongs to.
 pub fn split_of(content: &str) -> Split {
-    if hash(&[], content).is_multiple_of(TEST_ONE_IN) {
-        Split::Test
-    } else {
-        Split::Train
-    }
+    Split::of_hash(content_hash(&[], content))
 }
 
 /// Builds the database and checks the task: a question must have 1 to
@@ -255,20 +249,3 @@ impl TaskGenerator for Db {
 /// Words of the instruction frame and of the observations on the oracle's path.
 const OBSERVATION_WORDS: &str = "Table info : INTEGER PRIMARY KEY TEXT REFERENCES ( ) ; , | \
     rows row shown Query OK affected. Correct. Wrong.";
-
-/// A hash that is stable across platforms and Rust versions (FNV-1a, then a SplitMix64
-/// finalizer).
-pub(crate) fn hash(numbers: &[u64], text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = numbers
-        .iter()
-        .flat_map(|n| n.to_le_bytes())
-        .chain(text.bytes());
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
-}

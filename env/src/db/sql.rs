@@ -302,7 +302,7 @@ fn hash_unlimited(conn: &Connection, table: &str) -> Option<u64> {
     };
     lines.sort();
     let text = format!("{}\n{}", columns.join("\u{1f}"), lines.join("\n"));
-    Some(super::hash(&[], &text))
+    Some(crate::content_hash::content_hash(&[], &text))
 }
 
 /// Pieces of `text` as the runtime's word-level tokenizer cuts it: runs of `[A-Za-z0-9_#.]`,

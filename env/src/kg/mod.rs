@@ -32,6 +32,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
+use crate::content_hash::content_hash;
 use crate::{Environment, Split, TaskGenerator};
 
 /// The version of generated instances; bumped whenever they change.
@@ -39,9 +40,6 @@ pub const VERSION: &str = "kg-1";
 
 /// The world seed of the standard world ([`Kg::default`]).
 pub const STANDARD_WORLD_SEED: u64 = 1;
-
-/// Share of questions that go to the test split: one in `TEST_ONE_IN`.
-const TEST_ONE_IN: u64 = 5;
 
 /// The KG task: a world and its questions, split by difficulty into train and test.
 #[derive(Clone, Debug)]
@@ -71,16 +69,16 @@ impl Kg {
             .map(|difficulty| {
                 let mut splits: [Vec<Arc<Question>>; 2] = [Vec::new(), Vec::new()];
                 for q in questions::enumerate(&world, difficulty) {
-                    let h = hash(&[world_seed, u64::from(difficulty)], q.text());
-                    let test = h.is_multiple_of(TEST_ONE_IN);
-                    splits[usize::from(test)].push(Arc::new(q));
+                    let h = content_hash(&[world_seed, u64::from(difficulty)], q.text());
+                    splits[usize::from(Split::of_hash(h) == Split::Test)].push(Arc::new(q));
                 }
                 for (i, split) in splits.iter_mut().enumerate() {
                     assert!(
                         !split.is_empty(),
                         "kg world {world_seed}: no question of difficulty {difficulty} in split {i}"
                     );
-                    let seed = hash(&[world_seed, u64::from(difficulty), i as u64], "shuffle");
+                    let seed =
+                        content_hash(&[world_seed, u64::from(difficulty), i as u64], "shuffle");
                     split.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
                 }
                 splits
@@ -146,21 +144,4 @@ fn fixed_words() -> impl Iterator<Item = &'static str> {
         .chain(EntityType::ALL.iter().map(|t| t.name()))
         .chain(Relation::ALL.iter().map(|r| r.name()))
         .chain(Attribute::ALL.iter().map(|a| a.name()))
-}
-
-/// A hash that is stable across platforms and Rust versions (FNV-1a, then a SplitMix64
-/// finalizer).
-fn hash(numbers: &[u64], text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = numbers
-        .iter()
-        .flat_map(|n| n.to_le_bytes())
-        .chain(text.bytes());
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
 }

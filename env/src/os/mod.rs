@@ -35,6 +35,7 @@ use rand::SeedableRng;
 use rand::seq::IndexedRandom;
 use rand_chacha::ChaCha8Rng;
 
+use crate::content_hash::{ContentHash, content_hash};
 use crate::tool::ToolSchema;
 use crate::{Environment, Split, TaskGenerator};
 
@@ -47,9 +48,6 @@ pub const STANDARD_SEED: u64 = 1;
 /// Largest number in the vocabulary: every count, value and mode on the oracle's path is
 /// below it.
 pub const MAX_VOCAB_NUMBER: u32 = 1000;
-
-/// Share of candidates that go to the test split: one in `TEST_ONE_IN`.
-const TEST_ONE_IN: u64 = 5;
 
 /// The OS task: a seed, from which every instance is generated on demand.
 #[derive(Clone, Debug)]
@@ -77,7 +75,7 @@ impl Os {
     /// The split a generated task belongs to at `difficulty`: a pure function of its content
     /// (a hash of the same fields as [`Task::canonical`], streamed without building the text).
     pub fn split_of(&self, task: &Task, difficulty: u8) -> Split {
-        let mut h = Fnv::new(&[self.seed, u64::from(difficulty)]);
+        let mut h = ContentHash::new(&[self.seed, u64::from(difficulty)]);
         h.write(task.template.as_bytes());
         h.write(&[0]);
         h.write(task.instruction.as_bytes());
@@ -94,11 +92,7 @@ impl Os {
                 }
             }
         }
-        if h.finish().is_multiple_of(TEST_ONE_IN) {
-            Split::Test
-        } else {
-            Split::Train
-        }
+        Split::of_hash(h.finish())
     }
 
     /// Instance `index` of `split` at `difficulty` (clamped to 1..=3): the index draws a
@@ -113,11 +107,11 @@ impl Os {
         // The template is fixed by the index, so templates are equally frequent even though
         // some decline more file systems than others.
         let mut rng =
-            ChaCha8Rng::seed_from_u64(hash(&[self.seed, u64::from(d), index], "template"));
+            ChaCha8Rng::seed_from_u64(content_hash(&[self.seed, u64::from(d), index], "template"));
         let template = templates.choose(&mut rng).copied().unwrap_or_default();
         let mut attempt = 0u64;
         loop {
-            let seed = hash(&[self.seed, u64::from(d), index, attempt], "os");
+            let seed = content_hash(&[self.seed, u64::from(d), index, attempt], "os");
             attempt += 1;
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let fs = tasks::world(&mut rng);
@@ -212,38 +206,4 @@ impl TaskGenerator for Os {
 pub fn words(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '#' | '.')))
         .filter(|w| !w.is_empty())
-}
-
-/// A hash that is stable across platforms and Rust versions: FNV-1a over the bytes, then a
-/// SplitMix64 finalizer.
-struct Fnv(u64);
-
-impl Fnv {
-    fn new(numbers: &[u64]) -> Fnv {
-        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-        for n in numbers {
-            h.write(&n.to_le_bytes());
-        }
-        h
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    fn finish(self) -> u64 {
-        let mut h = self.0;
-        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        h ^ (h >> 31)
-    }
-}
-
-fn hash(numbers: &[u64], text: &str) -> u64 {
-    let mut h = Fnv::new(numbers);
-    h.write(text.as_bytes());
-    h.finish()
 }

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::content_hash::content_hash;
 use crate::{Environment, Split, TaskGenerator};
 
 /// The version of generated instances; bumped whenever they change.
@@ -42,9 +43,6 @@ pub const VERSION: &str = "webshop-1";
 
 /// The catalogue seed of the standard task ([`Webshop::default`]).
 pub const STANDARD_SEED: u64 = 1;
-
-/// Share of instructions that go to the test split: one in `TEST_ONE_IN`.
-const TEST_ONE_IN: u64 = 5;
 
 /// The WebShop task: a catalogue, and goals drawn over it.
 #[derive(Clone, Debug)]
@@ -76,7 +74,7 @@ impl Webshop {
 
     /// Whether an instruction belongs to the test split.
     pub fn is_test(&self, instruction: &str) -> bool {
-        hash(&[self.seed], instruction).is_multiple_of(TEST_ONE_IN)
+        Split::of_hash(content_hash(&[self.seed], instruction)) == Split::Test
     }
 
     /// The goal of instance `index` of `split` at `difficulty` (clamped to 1..=3).
@@ -89,7 +87,7 @@ impl Webshop {
         let want_test = split == Split::Test;
         let mut attempt = 0u64;
         loop {
-            let seed = hash(
+            let seed = content_hash(
                 &[
                     self.seed,
                     u64::from(difficulty),
@@ -208,21 +206,4 @@ fn fixed_words() -> impl Iterator<Item = &'static str> {
         .chain(episode::OBSERVATION_WORDS.iter().copied())
         .chain(goal::INSTRUCTION_WORDS.iter().copied())
         .chain(goal::LEADS.iter().copied())
-}
-
-/// A hash that is stable across platforms and Rust versions (FNV-1a, then a SplitMix64
-/// finalizer).
-fn hash(numbers: &[u64], text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = numbers
-        .iter()
-        .flat_map(|n| n.to_le_bytes())
-        .chain(text.bytes());
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
 }
