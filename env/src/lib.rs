@@ -31,6 +31,7 @@ pub mod controller;
 pub mod db;
 pub mod kg;
 pub mod os;
+pub mod pieces;
 pub mod random_agent;
 pub mod syntax;
 pub mod tool;

@@ -8,6 +8,7 @@ use agentry_env::alfworld::{
     Alfworld, AlfworldEnv, GoalKind, MAX_REPEATS, NOTHING_HAPPENS, ObjectKind, ReceptacleKind,
     VERSION,
 };
+use agentry_env::pieces::words;
 use agentry_env::tool::MAX_ARGUMENT_CHARS;
 use agentry_env::{Environment, Split, Status, Step, TaskGenerator, ToolCall, parse_call};
 use rand::seq::IndexedRandom;
@@ -24,36 +25,12 @@ fn act(action: &str) -> ToolCall {
     ToolCall::new("take_action", [("action", json!(action))])
 }
 
-/// The tokenizer's pieces (runs of `[A-Za-z0-9_#.]` and single other characters), without the
-/// whitespace runs.
-fn pieces(text: &str) -> Vec<&str> {
-    let is_word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '#' | '.');
-    let mut out = Vec::new();
-    let mut start = None;
-    for (i, c) in text.char_indices() {
-        if is_word(c) {
-            start.get_or_insert(i);
-            continue;
-        }
-        if let Some(s) = start.take() {
-            out.push(&text[s..i]);
-        }
-        if !c.is_whitespace() {
-            out.push(&text[i..i + c.len_utf8()]);
-        }
-    }
-    if let Some(s) = start {
-        out.push(&text[s..]);
-    }
-    out
-}
-
 fn vocab(task: &Alfworld) -> HashSet<String> {
     task.vocabulary().into_iter().collect()
 }
 
 fn assert_in_vocab(vocab: &HashSet<String>, text: &str) {
-    for p in pieces(text) {
+    for p in words(text) {
         assert!(
             vocab.contains(p),
             "`{p}` of `{text}` is not in the vocabulary"

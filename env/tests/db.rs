@@ -42,7 +42,7 @@ fn run_oracle(env: &mut dyn Environment) -> Vec<(ToolCall, Step)> {
 }
 
 fn assert_in_vocab(vocab: &HashSet<String>, text: &str) {
-    for piece in sql::pieces(text) {
+    for piece in agentry_env::pieces::words(text) {
         assert!(
             vocab.contains(piece),
             "`{piece}` of `{text}` is not in the vocabulary"

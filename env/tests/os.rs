@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use agentry_env::os::shell::{CUT_NOTE, MAX_OUTPUT_CHARS, Shell};
 use agentry_env::os::tasks::{Goal, TEMPLATES};
 use agentry_env::os::{Os, OsEnv, VERSION, fs};
+use agentry_env::pieces::word_runs;
 use agentry_env::tool::MAX_ARGUMENT_CHARS;
 use agentry_env::{Environment, Split, Status, TaskGenerator, ToolCall, parse_call, render_call};
 use rand::seq::IndexedRandom;
@@ -21,12 +22,6 @@ const DEFAULT_MAX_TURNS: usize = 8;
 
 fn bash(script: &str) -> ToolCall {
     ToolCall::new("bash_action", [("script", json!(script))])
-}
-
-/// Word pieces as the runtime's tokenizer cuts them: runs of `[A-Za-z0-9_#.]`.
-fn pieces(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '#' | '.')))
-        .filter(|w| !w.is_empty())
 }
 
 /// Every path of the file system is normalized: absolute, no empty, `.` or `..` component.
@@ -45,7 +40,7 @@ fn assert_normalized(fs: &fs::Fs) {
 }
 
 fn assert_in_vocab(vocab: &HashSet<String>, text: &str) {
-    for w in pieces(text) {
+    for w in word_runs(text) {
         assert!(
             vocab.contains(w),
             "`{w}` of `{text}` is not in the vocabulary"

@@ -5,9 +5,9 @@
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
+use agentry_env::pieces::words;
 use agentry_env::webshop::{
     CATALOGUE_SIZE, Goal, PAGE_SIZE, Page, STANDARD_SEED, TYPES, VERSION, Webshop, WebshopEnv,
-    pieces,
 };
 use agentry_env::{Environment, Split, Status, Step, TaskGenerator, ToolCall, parse_call};
 use rand::seq::IndexedRandom;
@@ -33,7 +33,7 @@ fn vocab() -> &'static HashSet<String> {
 /// Every multi-character piece of `text` (single characters are always tokens) is a word of
 /// the vocabulary.
 fn assert_in_vocab(text: &str) {
-    for w in pieces(text).filter(|w| w.len() > 1) {
+    for w in words(text).filter(|w| w.len() > 1) {
         assert!(
             vocab().contains(w),
             "`{w}` of `{text}` is not in the vocabulary"
@@ -729,14 +729,14 @@ fn vocabulary_is_bounded_and_covers_tools() {
             assert_in_vocab(&p.description);
         }
     }
-    let words = shop.vocabulary();
-    assert!(words.len() < 3000, "{}", words.len());
+    let vocabulary = shop.vocabulary();
+    assert!(vocabulary.len() < 3000, "{}", vocabulary.len());
     assert!(
-        words
+        vocabulary
             .iter()
-            .all(|w| pieces(w).count() == 1 && pieces(w).next() == Some(w))
+            .all(|w| words(w).count() == 1 && words(w).next() == Some(w))
     );
-    println!("vocabulary: {} words", words.len());
+    println!("vocabulary: {} words", vocabulary.len());
 }
 
 /// A fingerprint of the standard task's first instances: when it changes, generated instances

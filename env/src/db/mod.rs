@@ -212,7 +212,7 @@ impl TaskGenerator for Db {
     fn vocabulary(&self) -> Vec<String> {
         let mut words: BTreeSet<String> = BTreeSet::new();
         let mut add = |text: &str| {
-            for piece in sql::pieces(text) {
+            for piece in crate::pieces::words(text) {
                 words.insert(piece.to_string());
             }
         };

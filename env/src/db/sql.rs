@@ -304,27 +304,3 @@ fn hash_unlimited(conn: &Connection, table: &str) -> Option<u64> {
     let text = format!("{}\n{}", columns.join("\u{1f}"), lines.join("\n"));
     Some(crate::content_hash::content_hash(&[], &text))
 }
-
-/// Pieces of `text` as the runtime's word-level tokenizer cuts it: runs of `[A-Za-z0-9_#.]`,
-/// whitespace runs, and single other characters. Whitespace runs are left out.
-pub fn pieces(text: &str) -> Vec<&str> {
-    let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '#' | '.');
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        let end = if word(c) {
-            rest.find(|c: char| !word(c)).unwrap_or(rest.len())
-        } else if c.is_whitespace() {
-            rest.find(|c: char| !c.is_whitespace())
-                .unwrap_or(rest.len())
-        } else {
-            c.len_utf8()
-        };
-        let (piece, tail) = rest.split_at(end);
-        if !c.is_whitespace() {
-            out.push(piece);
-        }
-        rest = tail;
-    }
-    out
-}

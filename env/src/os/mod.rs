@@ -195,15 +195,9 @@ impl TaskGenerator for Os {
         texts.extend((0..=MAX_VOCAB_NUMBER).map(|n| n.to_string()));
         let words: BTreeSet<String> = texts
             .iter()
-            .flat_map(|t| words(t))
+            .flat_map(|t| crate::pieces::word_runs(t))
             .map(str::to_string)
             .collect();
         words.into_iter().collect()
     }
-}
-
-/// The runs of `[A-Za-z0-9_#.]` in `text`: the word pieces of the runtime's tokenizer.
-pub fn words(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '#' | '.')))
-        .filter(|w| !w.is_empty())
 }

@@ -130,7 +130,7 @@ impl TaskGenerator for Webshop {
     fn vocabulary(&self) -> Vec<String> {
         let mut words: BTreeSet<String> = BTreeSet::new();
         let mut add = |text: &str| {
-            for w in pieces(text) {
+            for w in crate::pieces::words(text) {
                 if !words.contains(w) {
                     words.insert(w.to_string());
                 }
@@ -177,25 +177,6 @@ fn rewards() -> impl Iterator<Item = f32> {
     // A goal has at most 3 attributes and 3 options: n is at most 7.
     [1.0f32, 0.5, 0.1].into_iter().flat_map(|r_type| {
         (1..=7usize).flat_map(move |n| (0..=n).map(move |k| r_type * k as f32 / n as f32))
-    })
-}
-
-/// The word pieces of `text` as the runtime's tokenizer splits it: runs of ASCII letters,
-/// digits, `_`, `#` and `.`, and single other characters (whitespace dropped).
-pub fn pieces(text: &str) -> impl Iterator<Item = &str> {
-    let is_word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '#' | '.');
-    let mut rest = text;
-    std::iter::from_fn(move || {
-        rest = rest.trim_start();
-        let first = rest.chars().next()?;
-        let end = if is_word(first) {
-            rest.find(|c: char| !is_word(c)).unwrap_or(rest.len())
-        } else {
-            first.len_utf8()
-        };
-        let (piece, tail) = rest.split_at(end);
-        rest = tail;
-        Some(piece)
     })
 }
 

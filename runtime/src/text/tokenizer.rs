@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use agentry_env::pieces::pieces;
 use serde::{Deserialize, Serialize};
 
 /// The special tokens, with fixed ids `0..Special::COUNT`.
@@ -111,38 +112,13 @@ pub struct Tokenizer {
     index: HashMap<String, u32>,
 }
 
-/// Whether `c` belongs to a word run.
-fn is_word(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '_' | '#' | '.')
-}
-
-/// Splits text into pieces; concatenating them gives back the text.
-pub(crate) fn pre_tokenize(text: &str) -> impl Iterator<Item = &str> {
-    let mut rest = text;
-    std::iter::from_fn(move || {
-        let mut chars = rest.char_indices();
-        let (_, first) = chars.next()?;
-        let end = if is_word(first) {
-            rest.find(|c: char| !is_word(c)).unwrap_or(rest.len())
-        } else if first.is_whitespace() {
-            rest.find(|c: char| !c.is_whitespace())
-                .unwrap_or(rest.len())
-        } else {
-            first.len_utf8()
-        };
-        let (piece, tail) = rest.split_at(end);
-        rest = tail;
-        Some(piece)
-    })
-}
-
 impl Tokenizer {
     /// Builds the vocabulary from a corpus: the specials, the 256 bytes, then the most frequent
     /// multi-byte pieces (ties broken by piece text) until `max_vocab` tokens in all.
     pub fn train<'a>(corpus: impl IntoIterator<Item = &'a str>, max_vocab: usize) -> Self {
         let mut counts: HashMap<&'a str, u64> = HashMap::new();
         for text in corpus {
-            for piece in pre_tokenize(text) {
+            for piece in pieces(text) {
                 if piece.len() > 1 {
                     *counts.entry(piece).or_default() += 1;
                 }
@@ -171,7 +147,7 @@ impl Tokenizer {
     /// Encodes text; never produces special tokens.
     pub fn encode(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
-        for piece in pre_tokenize(text) {
+        for piece in pieces(text) {
             match self.index.get(piece) {
                 Some(&id) => out.push(id),
                 None => out.extend(piece.bytes().map(|b| BYTE_BASE + b as u32)),
@@ -286,7 +262,7 @@ mod tests {
     #[test]
     fn pieces_cover_text() {
         let text = "get_neighbors(#0, \"people.person\")  hi  there\n\tx é";
-        let pieces: Vec<&str> = pre_tokenize(text).collect();
+        let pieces: Vec<&str> = pieces(text).collect();
         assert_eq!(pieces.concat(), text);
         assert!(pieces.contains(&"there"));
         assert!(pieces.contains(&"  "));
