@@ -58,7 +58,9 @@ pub struct Episode {
 /// stepped by `controller`.
 ///
 /// Episodes end when the environment says so, at their turn budget, or when the context is
-/// full (`TaskLimitReached`). An environment that fails to reset ends its episode at once with
+/// full (`TaskLimitReached`). No transcript is longer than `context`: an observation after
+/// which no reply would fit is dropped, and an episode whose instruction does not fit is left
+/// empty. An environment that fails to reset ends its episode at once with
 /// `TaskError` and an empty transcript (nothing to learn from).
 #[allow(clippy::too_many_arguments)]
 pub fn play<B: Backend>(
@@ -101,11 +103,14 @@ pub fn play<B: Backend>(
         .collect();
 
     loop {
-        // Episodes whose context cannot hold another reply end here.
+        // An instruction too long for the context leaves no room for a reply: the episode ends
+        // before its first turn, with nothing to learn from (an empty transcript).
         for (i, episode) in episodes.iter_mut().enumerate() {
             if episode.is_running() && episode.transcript.tokens.len() + 2 > context {
                 episode.status = Status::TaskLimitReached;
                 episode.success = finish(controller, sessions[i]);
+                episode.transcript = Transcript::default();
+                episode.logprobs.clear();
             }
         }
         let active: Vec<usize> = (0..episodes.len())
@@ -167,8 +172,18 @@ pub fn play<B: Backend>(
             } else {
                 let before = episode.transcript.tokens.len();
                 chat.push_observation(&mut episode.transcript, &step.observation);
-                let added = episode.transcript.tokens.len() - before;
-                episode.logprobs.extend(std::iter::repeat_n(0.0, added));
+                if episode.transcript.tokens.len() + 2 > context {
+                    // No reply would fit after this observation: the episode ends here, and the
+                    // observation, which no agent token would follow, is not kept (training
+                    // never sees more than `context` tokens).
+                    episode.transcript.tokens.truncate(before);
+                    episode.transcript.agent_mask.truncate(before);
+                    episode.status = Status::TaskLimitReached;
+                    episode.success = finish(controller, sessions[i]);
+                } else {
+                    let added = episode.transcript.tokens.len() - before;
+                    episode.logprobs.extend(std::iter::repeat_n(0.0, added));
+                }
             }
         }
     }

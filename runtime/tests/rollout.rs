@@ -3,7 +3,7 @@
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::kg::Kg;
 use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall};
-use agentry_runtime::model::{PolicyConfig, Sampling};
+use agentry_runtime::model::{Policy, PolicyConfig, Sampling};
 use agentry_runtime::rollout::{EpisodeSpec, play};
 use agentry_runtime::text::{ChatFormat, Tokenizer};
 use burn::backend::Flex;
@@ -49,16 +49,17 @@ impl Environment for BrokenEnv {
     }
 }
 
-#[test]
-fn a_panicking_environment_ends_only_its_episode() {
-    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Kg::default()), Box::new(Broken)];
-    let chat = ChatFormat::new(Tokenizer::train(
+fn chat() -> ChatFormat {
+    ChatFormat::new(Tokenizer::train(
         ["get_neighbors(variable, relation) count(variable)"],
         300,
-    ));
+    ))
+}
+
+fn policy(chat: &ChatFormat) -> Policy<Flex> {
     let device = Default::default();
     Flex::seed(&device, 1);
-    let policy = PolicyConfig {
+    PolicyConfig {
         vocab: chat.tokenizer().vocab_size(),
         layers: 1,
         d_model: 16,
@@ -68,33 +69,46 @@ fn a_panicking_environment_ends_only_its_episode() {
         context: 256,
         tie_embeddings: true,
     }
-    .init::<Flex>(&device);
-    let controller = Controller::new(ControllerConfig::default()).unwrap();
-    let specs: Vec<EpisodeSpec> = (0..8)
-        .map(|i| EpisodeSpec {
-            task: i % 2,
-            split: Split::Train,
-            difficulty: 1,
-            index: i as u64,
-            max_turns: 2,
-            group: i,
-        })
-        .collect();
-    let sampling = Sampling {
+    .init::<Flex>(&device)
+}
+
+fn sampling(chat: &ChatFormat) -> Sampling {
+    Sampling {
         temperature: 1.0,
         top_p: 1.0,
         max_new_tokens: 8,
         stop: vec![chat.end_token()],
         greedy: false,
-    };
+    }
+}
+
+fn specs(tasks: usize, max_turns: u32) -> Vec<EpisodeSpec> {
+    (0..8)
+        .map(|i| EpisodeSpec {
+            task: i % tasks,
+            split: Split::Train,
+            difficulty: 1,
+            index: i as u64,
+            max_turns,
+            group: i,
+        })
+        .collect()
+}
+
+#[test]
+fn a_panicking_environment_ends_only_its_episode() {
+    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Kg::default()), Box::new(Broken)];
+    let chat = chat();
+    let policy = policy(&chat);
+    let controller = Controller::new(ControllerConfig::default()).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     let episodes = play(
         &policy,
         &chat,
         &tasks,
         &controller,
-        &specs,
-        &sampling,
+        &specs(2, 2),
+        &sampling(&chat),
         256,
         &mut rng,
     );
@@ -113,4 +127,55 @@ fn a_panicking_environment_ends_only_its_episode() {
         0,
         "every session is closed"
     );
+}
+
+#[test]
+fn transcripts_never_exceed_the_context() {
+    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Kg::default())];
+    let chat = chat();
+    let policy = policy(&chat);
+    let controller = Controller::new(ControllerConfig::default()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let context = 400;
+    let episodes = play(
+        &policy,
+        &chat,
+        &tasks,
+        &controller,
+        &specs(1, 50),
+        &sampling(&chat),
+        context,
+        &mut rng,
+    );
+    for episode in &episodes {
+        assert!(
+            episode.transcript.len() <= context,
+            "{}",
+            episode.transcript.len()
+        );
+        assert_eq!(episode.transcript.len(), episode.logprobs.len());
+        assert_eq!(episode.status, Status::TaskLimitReached);
+        assert!(episode.turns >= 1);
+    }
+    assert_eq!(controller.stats().live_sessions, 0);
+
+    // An instruction longer than the context: the episode ends before its first turn.
+    let episodes = play(
+        &policy,
+        &chat,
+        &tasks,
+        &controller,
+        &specs(1, 50),
+        &sampling(&chat),
+        24,
+        &mut rng,
+    );
+    for episode in &episodes {
+        assert!(episode.transcript.is_empty() && episode.logprobs.is_empty());
+        assert_eq!(
+            (episode.status, episode.turns),
+            (Status::TaskLimitReached, 0)
+        );
+    }
+    assert_eq!(controller.stats().live_sessions, 0);
 }
