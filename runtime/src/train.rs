@@ -35,6 +35,9 @@ use crate::text::{ChatFormat, Tokenizer, Transcript};
 /// Largest tokenizer vocabulary trained for a from-scratch policy.
 pub const TOKENIZER_VOCAB: usize = 2048;
 
+/// Transcripts scored together in an RL update: sorted by length, so each bucket pads little.
+pub const LENGTH_BUCKET: usize = 8;
+
 /// How to run an experiment, beyond what its file says.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -474,10 +477,11 @@ impl<B: AutodiffBackend> Trainer<B> {
             )),
             _ => None,
         };
+        let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
+        let pad = self.chat.tokenizer().pad();
         for _ in 0..algorithm.epochs {
             let (logprobs, entropy) =
-                self.policy
-                    .scored_logprobs(batch.tokens.clone(), &batch.scored, temperature);
+                scored_in_buckets(&self.policy, &transcripts, pad, batch.width, temperature);
             let (mut loss, stats) = policy_loss(
                 PolicyLossInput {
                     logprobs,
@@ -666,29 +670,7 @@ impl<B: AutodiffBackend> Trainer<B> {
 
     /// Right-padded transcripts, with the agent mask of the predicted tokens.
     fn padded<C: Backend<Device = B::Device>>(&self, transcripts: &[&Transcript]) -> Padded<C> {
-        let width = transcripts
-            .iter()
-            .map(|t| t.tokens.len())
-            .max()
-            .unwrap_or(2)
-            .max(2);
-        let pad = self.chat.tokenizer().pad();
-        let mut tokens = Vec::with_capacity(transcripts.len() * width);
-        let mut scored = Vec::with_capacity(transcripts.len() * (width - 1));
-        for t in transcripts {
-            tokens.extend(t.tokens.iter().map(|&x| i64::from(x)));
-            tokens.extend(std::iter::repeat_n(i64::from(pad), width - t.tokens.len()));
-            scored.extend(t.agent_mask.iter().skip(1));
-            scored.extend(std::iter::repeat_n(false, width - t.tokens.len().max(1)));
-        }
-        let n = transcripts.len();
-        let mask: Vec<f32> = scored.iter().map(|&m| f32::from(u8::from(m))).collect();
-        Padded {
-            tokens: Tensor::from_data(TensorData::new(tokens, [n, width]), &self.device),
-            mask: Tensor::from_data(TensorData::new(mask, [n, width - 1]), &self.device),
-            scored,
-            width,
-        }
+        Padded::new(transcripts, self.chat.tokenizer().pad(), &self.device)
     }
 
     /// The log-probabilities the episodes' tokens were sampled with, `[n, width - 1]`.
@@ -730,6 +712,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         let n = episodes.len();
         RlBatch {
+            width,
             old_logprobs: self.behaviour_logprobs(episodes, width),
             advantages: Tensor::from_data(TensorData::new(adv, [n, width - 1]), &self.device),
             tokens: padded.tokens,
@@ -749,6 +732,31 @@ struct Padded<B: Backend> {
 }
 
 impl<B: Backend> Padded<B> {
+    fn new(transcripts: &[&Transcript], pad: u32, device: &B::Device) -> Self {
+        let width = transcripts
+            .iter()
+            .map(|t| t.tokens.len())
+            .max()
+            .unwrap_or(2)
+            .max(2);
+        let mut tokens = Vec::with_capacity(transcripts.len() * width);
+        let mut scored = Vec::with_capacity(transcripts.len() * (width - 1));
+        for t in transcripts {
+            tokens.extend(t.tokens.iter().map(|&x| i64::from(x)));
+            tokens.extend(std::iter::repeat_n(i64::from(pad), width - t.tokens.len()));
+            scored.extend(t.agent_mask.iter().skip(1));
+            scored.extend(std::iter::repeat_n(false, width - t.tokens.len().max(1)));
+        }
+        let n = transcripts.len();
+        let mask: Vec<f32> = scored.iter().map(|&m| f32::from(u8::from(m))).collect();
+        Padded {
+            tokens: Tensor::from_data(TensorData::new(tokens, [n, width]), device),
+            mask: Tensor::from_data(TensorData::new(mask, [n, width - 1]), device),
+            scored,
+            width,
+        }
+    }
+
     /// Mean negative log-likelihood of the agent tokens under `policy` (temperature 1): the
     /// SFT loss.
     fn nll(self, policy: &Policy<B>) -> Tensor<B, 1> {
@@ -757,7 +765,52 @@ impl<B: Backend> Padded<B> {
     }
 }
 
+/// [`Policy::scored_logprobs`] of `transcripts` (padded with `pad`), `[n, width - 1]` in
+/// their order (`width` at least the longest transcript), computed in buckets of
+/// [`LENGTH_BUCKET`] transcripts of similar length.
+///
+/// Attention costs grow with the square of the padded width, and RL transcripts vary in
+/// length (one turn or many), so padding each bucket only to its own longest transcript
+/// saves most of the work spent on padding. Padding never changes the scores of the real
+/// tokens before it, so the result equals scoring the whole batch at once.
+pub fn scored_in_buckets<C: Backend>(
+    policy: &Policy<C>,
+    transcripts: &[&Transcript],
+    pad: u32,
+    width: usize,
+    temperature: f64,
+) -> (Tensor<C, 2>, Tensor<C, 2>) {
+    let device = policy.device();
+    let mut order: Vec<usize> = (0..transcripts.len()).collect();
+    order.sort_by_key(|&i| transcripts[i].tokens.len());
+    let (mut logprobs, mut entropies) = (Vec::new(), Vec::new());
+    for bucket in order.chunks(LENGTH_BUCKET) {
+        let members: Vec<&Transcript> = bucket.iter().map(|&i| transcripts[i]).collect();
+        let padded = Padded::<C>::new(&members, pad, &device);
+        let (lp, ent) = policy.scored_logprobs(padded.tokens, &padded.scored, temperature);
+        let widen = |t: Tensor<C, 2>| match width - padded.width {
+            0 => t,
+            extra => {
+                let zeros = Tensor::zeros([members.len(), extra], &device);
+                Tensor::cat(vec![t, zeros], 1)
+            }
+        };
+        logprobs.push(widen(lp));
+        entropies.push(widen(ent));
+    }
+    let mut back = vec![0i64; order.len()];
+    for (row, &i) in order.iter().enumerate() {
+        back[i] = row as i64;
+    }
+    let back = Tensor::<C, 1, Int>::from_data(TensorData::new(back, [order.len()]), &device);
+    (
+        Tensor::cat(logprobs, 0).select(0, back.clone()),
+        Tensor::cat(entropies, 0).select(0, back),
+    )
+}
+
 struct RlBatch<B: Backend> {
+    width: usize,
     tokens: Tensor<B, 2, Int>,
     mask: Tensor<B, 2>,
     scored: Vec<bool>,
