@@ -574,3 +574,119 @@ fn print_examples() {
         println!("  reward {reward}");
     }
 }
+
+/// 100,000 seeded random and malformed calls (unknown tools, missing, extra, mistyped and
+/// oversized arguments, vocabulary words and garbage, random text through the policy's parser)
+/// over many instances: no panic, and every malformed call is an `error` observation with
+/// `InvalidAction`.
+#[test]
+fn a_hundred_thousand_random_and_malformed_calls() {
+    use rand::seq::IndexedRandom;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    let kg = kg();
+    let vocab = vocab(kg);
+    let words: Vec<String> = kg.vocabulary();
+    let tools = [
+        "get_relations",
+        "get_neighbors",
+        "intersection",
+        "get_attributes",
+        "argmax",
+        "argmin",
+        "count",
+        "final_answer",
+    ];
+    let params = [
+        "variable",
+        "relation",
+        "variable1",
+        "variable2",
+        "attribute",
+    ];
+    let mut rng = ChaCha8Rng::seed_from_u64(2026);
+    let (mut calls, mut malformed, mut instance) = (0usize, 0usize, 0u64);
+    while calls < 100_000 {
+        let split = SPLITS[rng.random_range(0..2)];
+        let mut env = kg.episode(split, rng.random_range(1..=3), instance);
+        instance += 1;
+        env.reset();
+        for _ in 0..rng.random_range(1..40) {
+            let word = |rng: &mut ChaCha8Rng| Json::String(words.choose(rng).unwrap().clone());
+            let (call, bad) = match rng.random_range(0..8) {
+                0 => match env.oracle() {
+                    Some(c) => (c, false),
+                    None => (call("count", &[("variable", json!("#0"))]), false),
+                },
+                1 => {
+                    let name: String = (0..rng.random_range(0..12))
+                        .map(|_| rng.random_range(b' '..=b'~') as char)
+                        .collect();
+                    (call(&name, &[("variable", json!("#0"))]), true)
+                }
+                2 => (call(tools.choose(&mut rng).unwrap(), &[]), true),
+                3 => {
+                    let huge = "x".repeat(agentry_env::tool::MAX_ARGUMENT_CHARS + 1);
+                    (call("count", &[("variable", json!(huge))]), true)
+                }
+                4 => {
+                    let value = [json!(3), json!(null), json!(["#0"]), json!({"a": 1})]
+                        .choose(&mut rng)
+                        .unwrap()
+                        .clone();
+                    (call("get_relations", &[("variable", value)]), true)
+                }
+                5 => (
+                    call("count", &[("variable", json!("#0")), ("extra", json!("x"))]),
+                    true,
+                ),
+                6 => {
+                    let text: String = (0..rng.random_range(0..30))
+                        .map(|_| *b"(){}[]\"=,:#_ abc01".choose(&mut rng).unwrap() as char)
+                        .collect();
+                    match agentry_env::parse_call(&text) {
+                        Ok(c) => (c, false),
+                        Err(e) => {
+                            assert!(e.starts_with("Error"), "{e}");
+                            calls += 1;
+                            continue;
+                        }
+                    }
+                }
+                _ => {
+                    let name = tools.choose(&mut rng).unwrap();
+                    let mut args = Map::new();
+                    for p in params {
+                        if rng.random_bool(0.5) {
+                            args.insert(p.to_string(), word(&mut rng));
+                        }
+                    }
+                    (
+                        ToolCall {
+                            name: name.to_string(),
+                            arguments: args,
+                        },
+                        false,
+                    )
+                }
+            };
+            let over = env.finished();
+            let step = env.step(&call);
+            calls += 1;
+            assert_in_vocab(&vocab, &step.observation);
+            if over {
+                assert_eq!(step.status, Status::Completed);
+            } else if bad {
+                malformed += 1;
+                assert_eq!(step.status, Status::InvalidAction, "{call:?}");
+                assert!(
+                    step.observation.starts_with("error"),
+                    "{}",
+                    step.observation
+                );
+            }
+        }
+    }
+    assert!(malformed > 40_000, "{malformed}");
+}
