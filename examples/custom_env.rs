@@ -4,6 +4,7 @@
 //! the type lives in [`envs`] and implements `agentry::env::TaskGenerator`. The same file
 //! cannot run through `agentry run`, which cannot name Rust types.
 
+#[path = "custom_env/envs.rs"]
 mod envs;
 
 agentry::experiment!("experiments/custom_env.arl");
