@@ -52,8 +52,7 @@ fn main() -> agentry::Result<()> {
         let (mut envs, _) = instances(1_000_000);
         let agent = RandomAgent::new(generator.vocabulary());
         let mut rng = ChaCha8Rng::seed_from_u64(7);
-        let random = drive(&mut envs, env.default_max_turns(), |env, reset| {
-            let _ = env;
+        let random = drive(&mut envs, env.default_max_turns(), |_, reset| {
             agent.call(reset, &mut rng)
         });
 

@@ -131,10 +131,9 @@ pub fn play<B: Backend>(
         let generations = generate(policy, &prompts, &turn_sampling, rng);
 
         // Parse every reply; the parsed calls of this turn are stepped together.
-        let parsed: Vec<Result<ToolCall, String>> = active
+        let parsed: Vec<Result<ToolCall, String>> = generations
             .iter()
-            .zip(&generations)
-            .map(|(_, g)| parse_call(&chat.agent_text(&g.tokens)))
+            .map(|g| parse_call(&chat.agent_text(&g.tokens)))
             .collect();
         let calls: Vec<(SessionId, ToolCall)> = active
             .iter()
