@@ -20,7 +20,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::algo::loss::{PolicyLossConfig, kl_estimate, scalar};
 use crate::algo::{
-    PolicyLossInput, normalize_by_key, outcome_advantages, policy_loss, std_dev, whiten,
+    PolicyLossInput, normalize_by_key, outcome_advantages, policy_loss, std_dev, weigh_negatives,
+    whiten,
 };
 use crate::curriculum::Curriculum;
 use crate::device::{self, OnBackend};
@@ -567,6 +568,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             }
             AdvantageNorm::PerTask => normalize_by_key(&mut values, &key(&|e| e.spec.task)),
         }
+        weigh_negatives(&mut values, algorithm.negative_weight);
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); episodes.len()];
         for (value, i) in values.into_iter().zip(owner) {
             out[i].push(value);
