@@ -9,4 +9,4 @@ mod generate;
 mod transformer;
 
 pub use generate::{Generation, Sampling, generate};
-pub use transformer::{DecoderBlock, Policy, PolicyConfig};
+pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope};
