@@ -3,7 +3,9 @@
 //! into token sequences with an agent mask.
 
 pub mod chat;
+pub mod hf;
 pub mod tokenizer;
 
 pub use chat::{ChatFormat, Transcript};
+pub use hf::HfTokenizer;
 pub use tokenizer::{Special, Tokenizer, TokenizerError};
