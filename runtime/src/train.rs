@@ -116,7 +116,7 @@ fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
     let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
     if !matches!(spec.model.arch, spec::Arch::Transformer(_)) {
         return refuse(
-            "loading Hugging Face checkpoints (qwen2, llama) is not implemented yet; use `arch = transformer { ... }`",
+            "training on Hugging Face checkpoints (qwen2, llama) is not implemented yet: they load (`model::hf`), but the chat format cannot render episodes with their tokenizer; use `arch = transformer { ... }`",
         );
     }
     if spec.algorithm.kind == AlgorithmKind::Ppo {
