@@ -83,6 +83,26 @@ TOKENIZER_TEXTS = [
     "<|im_end|> and <|eot_id|> are plain text here",
 ]
 
+# The chat templates of the two families (ChatML as Qwen2 renders it, Llama 3's headers), and
+# one turn of a tool-calling episode in Agentry's layout: system line of tool signatures,
+# instruction, a call in the compact syntax, its observation, the next assistant header.
+CHATML_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + "
+    "'<|end_header_id|>\\n\\n' + m['content'] + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}"
+)
+CHAT = [
+    {"role": "system", "content": "get_neighbors(variable, relation) count(variable)"},
+    {"role": "user", "content": "How many neighbors does #0 have?"},
+    {"role": "assistant", "content": 'count(variable="#0")'},
+    {"role": "tool", "content": "#1, 3 entities"},
+]
+
 PROMPTS = [
     "Who directed the film?",
     "count(variable=\"#0\") then get_neighbors",
@@ -141,16 +161,16 @@ def greedy(model, ids, steps):
     return new, margin
 
 
-def write(name, model_cls, config, pattern, specials, dtype, shard, seeds):
+def write(name, model_cls, config, pattern, specials, template, dtype, shard, seeds):
     """Saves the first seed's model whose greedy continuations are varied (a random model
     often repeats one token, which would test little) and decided by a clear margin."""
     for seed in seeds:
-        if write_seed(name, model_cls, config, pattern, specials, dtype, shard, seed):
+        if write_seed(name, model_cls, config, pattern, specials, template, dtype, shard, seed):
             return
     sys.exit(f"{name}: no seed in {list(seeds)} gives varied, clearly decided generations")
 
 
-def write_seed(name, model_cls, config, pattern, specials, dtype, shard, seed):
+def write_seed(name, model_cls, config, pattern, specials, template, dtype, shard, seed):
     path = os.path.join(OUT, name)
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
@@ -159,6 +179,8 @@ def write_seed(name, model_cls, config, pattern, specials, dtype, shard, seed):
         tokenizer_object=train_tokenizer(pattern, specials),
         eos_token=specials[1],
         pad_token=specials[0],
+        bos_token=specials[2],
+        chat_template=template,
     )
     fast.save_pretrained(path)
     config.vocab_size = len(fast)
@@ -198,6 +220,14 @@ def write_seed(name, model_cls, config, pattern, specials, dtype, shard, seed):
         ids = tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         texts.append({"text": text, "ids": ids, "decoded": tok.decode(ids)})
 
+    chat_text = tok.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
+    chat = {
+        "messages": CHAT,
+        "text": chat_text,
+        # The template's markers are meant as special tokens here.
+        "ids": tok.encode(chat_text, add_special_tokens=False),
+    }
+
     reference = {
         "generated_by": "scripts/make_hf_fixture.py",
         "torch": torch.__version__,
@@ -209,6 +239,7 @@ def write_seed(name, model_cls, config, pattern, specials, dtype, shard, seed):
         "seed": seed,
         "min_greedy_margin": min(margins),
         "tokenizer": texts,
+        "chat": chat,
         "specials": {t: tok.convert_tokens_to_ids(t) for t in specials},
     }
     with open(os.path.join(path, "reference.json"), "w") as f:
@@ -227,7 +258,8 @@ def main():
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=256,
+        # Long enough for a few turns of a built-in task in an experiment test.
+        max_position_embeddings=2048,
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
         tie_word_embeddings=True,
@@ -238,6 +270,7 @@ def main():
         qwen2,
         QWEN2_PATTERN,
         ["<|endoftext|>", "<|im_end|>", "<|im_start|>"],
+        CHATML_TEMPLATE,
         torch.float32,
         "40KB",
         seeds=range(11, 60),
@@ -248,7 +281,7 @@ def main():
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=1,
-        max_position_embeddings=512,
+        max_position_embeddings=2048,
         rope_theta=500_000.0,
         rope_scaling={
             "rope_type": "llama3",
@@ -274,6 +307,7 @@ def main():
             "<|start_header_id|>",
             "<|end_header_id|>",
         ],
+        LLAMA3_TEMPLATE,
         torch.bfloat16,
         "10MB",
         seeds=range(23, 80),

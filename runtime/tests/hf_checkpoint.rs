@@ -5,10 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agentry_runtime::model::hf::{HfConfig, HfError, load_policy};
+use agentry_env::{Param, ParamKind, Reset, ToolCall, ToolSchema};
+use agentry_runtime::model::hf::{HfCheckpoint, HfConfig, HfError, load_policy};
 use agentry_runtime::model::{Policy, Sampling, generate};
-use agentry_runtime::text::HfTokenizer;
-use burn::backend::Flex;
+use agentry_runtime::spec::Arch;
+use agentry_runtime::text::{ChatFormat, HfTokenizer, Tokenizer};
+use agentry_runtime::{Interpreted, RunOptions};
+use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -166,6 +169,163 @@ fn tokenizers_match_transformers() {
         let config = HfConfig::load(&fixture(name)).unwrap();
         assert_eq!(tokenizer.vocab_size(), config.vocab_size, "{name}");
     }
+}
+
+/// One turn of an episode renders exactly as the checkpoint's chat template (ChatML for Qwen2,
+/// Llama 3 headers) renders the same messages in transformers.
+#[test]
+fn chat_format_renders_like_the_chat_template() {
+    let tools = vec![
+        ToolSchema::new(
+            "get_neighbors",
+            "neighbors",
+            vec![
+                Param::required("variable", ParamKind::String, "v"),
+                Param::required("relation", ParamKind::String, "r"),
+            ],
+        ),
+        ToolSchema::new(
+            "count",
+            "count",
+            vec![Param::required("variable", ParamKind::String, "v")],
+        ),
+    ];
+    for name in ["qwen2", "llama"] {
+        let reference = reference(name);
+        let messages = reference["chat"]["messages"].as_array().unwrap();
+        let content = |i: usize| messages[i]["content"].as_str().unwrap().to_string();
+        let hf = HfTokenizer::load(fixture(name).join("tokenizer.json")).unwrap();
+        let chat = ChatFormat::new(Tokenizer::from_hf(hf).unwrap());
+        let reset = Reset {
+            instruction: content(1),
+            tools: tools.clone(),
+        };
+        assert_eq!(ChatFormat::system_text(&reset.tools), content(0));
+        let call = ToolCall::new("count", [("variable", serde_json::json!("#0"))]);
+        let mut transcript = chat.begin(&reset);
+        let turn = chat.demo_turn(&call);
+        chat.push_agent(&mut transcript, &turn);
+        chat.push_observation(&mut transcript, &content(3));
+        assert_eq!(transcript.tokens, ids(&reference["chat"]["ids"]), "{name}");
+        assert_eq!(
+            chat.tokenizer().decode(&transcript.tokens),
+            reference["chat"]["text"].as_str().unwrap(),
+            "{name}"
+        );
+        assert_eq!(chat.agent_text(&turn), content(2), "{name}");
+        let agent: Vec<u32> = transcript
+            .tokens
+            .iter()
+            .zip(&transcript.agent_mask)
+            .filter(|(_, m)| **m)
+            .map(|(t, _)| *t)
+            .collect();
+        assert_eq!(
+            agent, turn,
+            "{name}: the mask covers the call and its end marker only"
+        );
+        let end = reference["specials"][if name == "qwen2" {
+            "<|im_end|>"
+        } else {
+            "<|eot_id|>"
+        }]
+        .as_u64()
+        .unwrap() as u32;
+        assert_eq!(chat.end_token(), end, "{name}");
+    }
+}
+
+#[test]
+fn the_declared_arch_must_match_the_checkpoint() {
+    let dir = fixture("llama").display().to_string();
+    let err = HfCheckpoint::<Flex>::for_arch(&Arch::Qwen2 { weights: dir }, &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("config.json") && err.contains("declares `arch = qwen2`"),
+        "{err}"
+    );
+    // A tokenizer without chat turn markers cannot frame episodes.
+    let plain = scratch("qwen2");
+    let path = plain.join("tokenizer.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("<|im_start|>", "<|xx_start|>")).unwrap();
+    let arch = Arch::Qwen2 {
+        weights: plain.display().to_string(),
+    };
+    let err = HfCheckpoint::<Flex>::for_arch(&arch, &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tokenizer.json") && err.contains("no chat turn markers"),
+        "{err}"
+    );
+}
+
+/// An experiment with `arch = qwen2 { weights = ... }` runs end to end: checkpoint policy and
+/// tokenizer, warm-up on oracle demonstrations, two RL steps, evaluations, run directory.
+#[test]
+fn an_experiment_trains_the_qwen2_checkpoint() {
+    let source = format!(
+        r#"
+experiment hf_tiny {{
+    seed = 3
+    model policy {{ arch = qwen2 {{ weights = "{}" }} }}
+    task kg {{ env = kg, max_turns = 3, difficulty = 1 }}
+    algorithm grpo {{ group_size = 4, kl = low_var_kl(0.01) }}
+    train {{
+        steps = 2, batch = 8, lr = 1e-3, max_new_tokens = 16
+        warmup = sft {{ steps = 2, demonstrations = 8, batch = 4 }}
+    }}
+    eval {{ episodes = 4 }}
+}}
+"#,
+        fixture("qwen2").display()
+    );
+    let spec = agentry_dsl::check(&source).unwrap();
+    let out = scratch("qwen2");
+    let options = RunOptions {
+        out: out.to_path_buf(),
+        quiet: true,
+        ..RunOptions::default()
+    };
+    let summary = agentry_runtime::train::run_on::<Autodiff<Flex>>(
+        &Interpreted(spec),
+        &options,
+        Default::default(),
+    )
+    .unwrap();
+    assert_eq!(summary.steps, 2);
+    let metrics = std::fs::read_to_string(summary.run_dir.join("metrics.jsonl")).unwrap();
+    let lines: Vec<Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let phases: Vec<&str> = lines.iter().map(|l| l["phase"].as_str().unwrap()).collect();
+    assert_eq!(phases, ["sft", "sft", "eval", "rl", "rl", "eval"]);
+    for line in lines.iter().filter(|l| l["phase"] == "sft") {
+        let (loss, grad) = (
+            line["loss"].as_f64().unwrap(),
+            line["grad_norm"].as_f64().unwrap(),
+        );
+        eprintln!(
+            "sft step {}: loss {loss:.4}, grad norm {grad:.4}",
+            line["step"]
+        );
+        assert!(loss.is_finite() && loss > 0.0 && grad > 0.0, "{line}");
+    }
+    for line in lines.iter().filter(|l| l["phase"] == "rl") {
+        eprintln!(
+            "rl step {}: success {}, loss {}, grad norm {}, skipped {}",
+            line["step"], line["success"], line["loss"], line["grad_norm"], line["skipped"]
+        );
+    }
+    // The run keeps the checkpoint's tokenizer, and its samples are in ChatML.
+    let saved = HfTokenizer::load(summary.run_dir.join("tokenizer.json")).unwrap();
+    let original = HfTokenizer::load(fixture("qwen2").join("tokenizer.json")).unwrap();
+    assert!(saved == original);
+    let samples = std::fs::read_to_string(summary.run_dir.join("samples-final.txt")).unwrap();
+    assert!(samples.contains("<|im_start|>assistant\n"), "{samples}");
 }
 
 // ---------------------------------------------------------------------------------------------

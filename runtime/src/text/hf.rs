@@ -9,6 +9,43 @@ use std::path::Path;
 
 use super::tokenizer::TokenizerError;
 
+/// Text with characters a small vocabulary lacks (Latin-1, CJK, emoji, private use), encoded
+/// once at load time.
+const PROBE: &str = "a Zé 東京 😀 \u{E000}\n\t";
+
+/// The special tokens that frame chat turns, by family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TurnMarkers {
+    /// ChatML (Qwen2): `<|im_start|>role\n ... <|im_end|>\n`.
+    ChatMl {
+        /// `<|im_start|>`.
+        start: u32,
+        /// `<|im_end|>`, which ends every turn.
+        end: u32,
+    },
+    /// Llama 3: `<|start_header_id|>role<|end_header_id|>\n\n ... <|eot_id|>`.
+    Llama3 {
+        /// `<|begin_of_text|>`, when the vocabulary has it.
+        begin: Option<u32>,
+        /// `<|start_header_id|>`.
+        start_header: u32,
+        /// `<|end_header_id|>`.
+        end_header: u32,
+        /// `<|eot_id|>`, which ends every turn.
+        eot: u32,
+    },
+}
+
+impl TurnMarkers {
+    /// The token that ends every turn (and so stops generation).
+    pub fn end(self) -> u32 {
+        match self {
+            TurnMarkers::ChatMl { end, .. } => end,
+            TurnMarkers::Llama3 { eot, .. } => eot,
+        }
+    }
+}
+
 /// A loaded `tokenizer.json`.
 #[derive(Clone)]
 pub struct HfTokenizer {
@@ -49,12 +86,14 @@ impl HfTokenizer {
             .collect();
         specials.sort();
         let tokenizer = HfTokenizer { inner, specials };
-        // Fail at load time, not in the middle of a run, if the model cannot encode at all
-        // (for example an unknown-token id outside the vocabulary).
-        tokenizer.encode("a").map_err(|e| TokenizerError::Invalid {
-            path: name(),
-            reason: format!("cannot encode text: {e}"),
-        })?;
+        // Fail at load time, not in the middle of a run, if the model cannot encode some text
+        // (an unknown-token id outside the vocabulary is the one way a loaded model fails).
+        tokenizer
+            .encode(PROBE)
+            .map_err(|e| TokenizerError::Invalid {
+                path: name(),
+                reason: format!("cannot encode text: {e}"),
+            })?;
         Ok(tokenizer)
     }
 
@@ -90,5 +129,54 @@ impl HfTokenizer {
     /// Whether `id` is a special token.
     pub fn is_special(&self, id: u32) -> bool {
         self.specials.binary_search_by_key(&id, |(i, _)| *i).is_ok()
+    }
+
+    /// The chat turn markers the vocabulary defines as special tokens: ChatML's, else
+    /// Llama 3's; `None` when it has neither.
+    pub fn turn_markers(&self) -> Option<TurnMarkers> {
+        let special = |token: &str| {
+            self.specials
+                .iter()
+                .find(|(_, t)| t == token)
+                .map(|(id, _)| *id)
+        };
+        if let (Some(start), Some(end)) = (special("<|im_start|>"), special("<|im_end|>")) {
+            return Some(TurnMarkers::ChatMl { start, end });
+        }
+        let (start_header, end_header, eot) = (
+            special("<|start_header_id|>")?,
+            special("<|end_header_id|>")?,
+            special("<|eot_id|>")?,
+        );
+        Some(TurnMarkers::Llama3 {
+            begin: special("<|begin_of_text|>"),
+            start_header,
+            end_header,
+            eot,
+        })
+    }
+
+    /// Writes the tokenizer as `tokenizer.json`.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
+        let path = path.as_ref();
+        let json = self
+            .inner
+            .to_string(false)
+            .map_err(|e| TokenizerError::Invalid {
+                path: path.display().to_string(),
+                reason: format!("cannot serialize: {e}"),
+            })?;
+        std::fs::write(path, json).map_err(|source| TokenizerError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}
+
+/// Two tokenizers are equal when they serialize to the same `tokenizer.json`.
+impl PartialEq for HfTokenizer {
+    fn eq(&self, other: &Self) -> bool {
+        self.specials == other.specials
+            && self.inner.to_string(false).ok() == other.inner.to_string(false).ok()
     }
 }

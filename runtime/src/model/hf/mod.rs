@@ -19,6 +19,7 @@ mod weights;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use agentry_dsl::spec::Arch;
 use burn::module::Param;
 use burn::nn::{Embedding, Linear, RmsNorm};
 use burn::tensor::backend::Backend;
@@ -28,6 +29,7 @@ pub use config::{HfConfig, ModelType, RopeScaling};
 pub use weights::{F32Tensor, INDEX_FILE, SINGLE_FILE, Weights};
 
 use super::transformer::{DecoderBlock, Policy, Rope};
+use crate::text::{HfTokenizer, Tokenizer};
 
 /// Why a checkpoint could not be loaded. Each variant names the file concerned.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,55 @@ pub enum HfError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// A checkpoint ready for a run: the policy and its tokenizer (with chat turn markers).
+#[derive(Debug)]
+pub struct HfCheckpoint<B: Backend> {
+    /// The policy, with the checkpoint's weights.
+    pub policy: Policy<B>,
+    /// `tokenizer.json`, for [`crate::text::ChatFormat`].
+    pub tokenizer: Tokenizer,
+}
+
+impl<B: Backend> HfCheckpoint<B> {
+    /// Loads the checkpoint an experiment's `arch = qwen2 { weights = "DIR" }` or
+    /// `llama { ... }` names (relative to the working directory); `None` for
+    /// `arch = transformer`, which is built from scratch.
+    pub fn for_arch(arch: &Arch, device: &B::Device) -> Result<Option<Self>, HfError> {
+        let (dir, declared) = match arch {
+            Arch::Transformer(_) => return Ok(None),
+            Arch::Qwen2 { weights } => (Path::new(weights), ModelType::Qwen2),
+            Arch::Llama { weights } => (Path::new(weights), ModelType::Llama),
+        };
+        let config = HfConfig::load(dir)?;
+        if config.model_type != declared {
+            return Err(HfError::Invalid {
+                path: dir.join("config.json"),
+                reason: format!(
+                    "model_type is `{}`, but the experiment declares `arch = {}`",
+                    config.model_type.name(),
+                    declared.name()
+                ),
+            });
+        }
+        let path = dir.join("tokenizer.json");
+        let invalid = |reason: String| HfError::Invalid {
+            path: path.clone(),
+            reason,
+        };
+        let hf = HfTokenizer::load(&path).map_err(|e| invalid(e.to_string()))?;
+        let tokenizer = Tokenizer::from_hf(hf).map_err(invalid)?;
+        let (_, policy) = load_policy(dir, device)?;
+        if tokenizer.vocab_size() > policy.vocab {
+            return Err(invalid(format!(
+                "{} token ids, but the model's vocab_size is {}",
+                tokenizer.vocab_size(),
+                policy.vocab
+            )));
+        }
+        Ok(Some(HfCheckpoint { policy, tokenizer }))
+    }
 }
 
 /// Loads `dir` (see the module docs) as a policy on `device`, with its checked config.
