@@ -28,6 +28,7 @@ use crate::device::{self, OnBackend};
 use crate::error::RunError;
 use crate::experiment::Experiment;
 use crate::metrics::{Progress, Record, RlRecord, RunDir, TaskStats};
+use crate::model::hf::HfCheckpoint;
 use crate::model::{Policy, PolicyConfig, Sampling};
 use crate::optim::{PolicyOptimizer, clip_global_norm};
 use crate::rollout::{Episode, EpisodeSpec, demonstration, oracle_text, play};
@@ -115,11 +116,6 @@ pub fn run_on<B: AutodiffBackend>(
 /// Rejects, before any work, what the file may declare but this runtime cannot run yet.
 fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
     let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
-    if !matches!(spec.model.arch, spec::Arch::Transformer(_)) {
-        return refuse(
-            "loading Hugging Face checkpoints (qwen2, llama) is not implemented yet; use `arch = transformer { ... }`",
-        );
-    }
     if spec.algorithm.kind == AlgorithmKind::Ppo {
         return refuse(
             "ppo needs a critic, which is not implemented yet; use grpo, rloo or reinforce_pp",
@@ -196,8 +192,12 @@ impl<B: AutodiffBackend> Trainer<B> {
             options,
             device_name,
         } = job;
-        let spec::Arch::Transformer(arch) = &spec.model.arch else {
-            unreachable!("checked by `unsupported`")
+        // A Hugging Face checkpoint brings its policy and tokenizer; otherwise both are built.
+        let checkpoint = HfCheckpoint::<B>::for_arch(&spec.model.arch, &device)?;
+        let context = match (&spec.model.arch, &checkpoint) {
+            (spec::Arch::Transformer(arch), _) => arch.context,
+            (_, Some(checkpoint)) => checkpoint.policy.context,
+            (_, None) => unreachable!("`for_arch` loads every checkpoint architecture"),
         };
         let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
         let curriculum = Curriculum::new(&spec);
@@ -208,23 +208,35 @@ impl<B: AutodiffBackend> Trainer<B> {
         let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
             .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
             .collect();
-        let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
-        for draw in &demo_draws {
-            let mut env = tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
-            corpus.extend(oracle_text(env.as_mut(), draw.max_turns));
-        }
-        let tokenizer = Tokenizer::train(corpus.iter().map(String::as_str), TOKENIZER_VOCAB);
+        let tokenizer = match &checkpoint {
+            Some(checkpoint) => checkpoint.tokenizer.clone(),
+            None => {
+                let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
+                for draw in &demo_draws {
+                    let mut env =
+                        tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
+                    corpus.extend(oracle_text(env.as_mut(), draw.max_turns));
+                }
+                Tokenizer::train(corpus.iter().map(String::as_str), TOKENIZER_VOCAB)
+            }
+        };
         let chat = ChatFormat::new(tokenizer);
         let demos: Vec<Transcript> = demo_draws
             .iter()
             .filter_map(|draw| {
                 let mut env = tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
-                demonstration(&chat, env.as_mut(), draw.max_turns, arch.context)
+                demonstration(&chat, env.as_mut(), draw.max_turns, context)
             })
             .collect();
 
         B::seed(&device, spec.seed);
-        let policy = PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device);
+        let policy = match (checkpoint, &spec.model.arch) {
+            (Some(checkpoint), _) => checkpoint.policy,
+            (None, spec::Arch::Transformer(arch)) => {
+                PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device)
+            }
+            (None, _) => unreachable!("`for_arch` loads every checkpoint architecture"),
+        };
         let optimizer = PolicyOptimizer::new(&spec.train.optimizer);
         let run_dir = RunDir::create(&options.out, &spec.name, spec.seed)?;
         run_dir.write_json("experiment.json", &spec)?;
@@ -247,7 +259,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?;
         Ok(Trainer {
             controller,
-            context: arch.context,
+            context,
             device_name,
             spec,
             tasks,
