@@ -392,11 +392,18 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     fn sampling(&self, greedy: bool) -> Sampling {
+        let train = &self.spec.train;
         Sampling {
-            temperature: self.spec.train.temperature as f32,
-            top_p: self.spec.train.top_p as f32,
-            max_new_tokens: self.spec.train.max_new_tokens,
+            temperature: train.temperature as f32,
+            top_p: train.top_p as f32,
+            top_k: train.top_k,
+            max_new_tokens: train.max_new_tokens,
             stop: vec![self.chat.end_token()],
+            stop_sequences: train
+                .stop
+                .iter()
+                .map(|s| self.chat.tokenizer().encode(s))
+                .collect(),
             greedy,
         }
     }

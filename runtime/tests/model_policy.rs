@@ -200,11 +200,9 @@ fn cached_greedy_generation_matches_recompute() {
     for kv_heads in [4, 2, 1] {
         let p = policy(kv_heads, 2);
         let sampling = Sampling {
-            temperature: 1.0,
-            top_p: 1.0,
             max_new_tokens: 12,
-            stop: vec![],
             greedy: true,
+            ..Sampling::default()
         };
         let prompts = prompts();
         let gens = generate(&p, &prompts, &sampling, &mut ChaCha8Rng::seed_from_u64(0));
@@ -227,11 +225,9 @@ fn cached_greedy_generation_matches_recompute() {
 fn sampled_logprobs_match_recompute_with_stops() {
     let p = policy(2, 3);
     let sampling = Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
         max_new_tokens: 20,
         stop: vec![10, 11, 12, 13, 14],
-        greedy: false,
+        ..Sampling::default()
     };
     let prompts = prompts();
     let gens = generate(&p, &prompts, &sampling, &mut ChaCha8Rng::seed_from_u64(7));
@@ -256,8 +252,7 @@ fn generation_respects_context_and_edge_cases() {
         temperature: 0.7,
         top_p: 0.9,
         max_new_tokens: 100,
-        stop: vec![],
-        greedy: false,
+        ..Sampling::default()
     };
     let long = vec![1u32; 60];
     let full = vec![1u32; 64];
@@ -296,11 +291,9 @@ fn tiny_model_overfits_a_sequence() {
     // The trained weights generate the sequence greedily on the inference backend.
     let inference = p.valid();
     let sampling = Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
         max_new_tokens: seq.len() - 4,
-        stop: vec![],
         greedy: true,
+        ..Sampling::default()
     };
     let g = generate(
         &inference,
@@ -333,11 +326,8 @@ fn throughput() {
         .map(|i| (0..30u32).map(|j| 6 + (i * 31 + j * 7) % 900).collect())
         .collect();
     let sampling = Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
         max_new_tokens: 24,
-        stop: vec![],
-        greedy: false,
+        ..Sampling::default()
     };
     let mut rng = ChaCha8Rng::seed_from_u64(0);
     generate(&p, &prompts, &sampling, &mut rng);

@@ -8,5 +8,5 @@
 mod generate;
 mod transformer;
 
-pub use generate::{Generation, Sampling, generate};
+pub use generate::{Generation, Sampling, generate, generate_uncached};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig};
