@@ -35,6 +35,9 @@ pub enum RunError {
     /// The environment controller's worker threads could not be started.
     #[error("cannot start the environment controller: {0}")]
     Controller(std::io::Error),
+    /// A checkpoint could not be written, or cannot be resumed from.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// Training produced a non-finite loss.
     #[error("the loss became {value} at step {step}; lower the learning rate or enable grad_clip")]
     Diverged {

@@ -200,30 +200,37 @@ impl Tokenizer {
     /// Writes the tokenizer as JSON.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
         let path = path.as_ref();
-        let file = TokenizerFile {
-            format: FORMAT.to_string(),
-            pieces: self.pieces.clone(),
-        };
-        let json = serde_json::to_string(&file).map_err(|source| TokenizerError::Json {
-            path: path.display().to_string(),
-            source,
-        })?;
-        std::fs::write(path, json).map_err(|source| TokenizerError::Io {
+        std::fs::write(path, self.to_json()).map_err(|source| TokenizerError::Io {
             path: path.display().to_string(),
             source,
         })
     }
 
+    /// The JSON [`Tokenizer::save`] writes (checkpoints embed it).
+    pub fn to_json(&self) -> String {
+        let file = TokenizerFile {
+            format: FORMAT.to_string(),
+            pieces: self.pieces.clone(),
+        };
+        serde_json::to_string(&file).expect("strings always serialize")
+    }
+
     /// Reads a tokenizer written by [`Tokenizer::save`].
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TokenizerError> {
         let path = path.as_ref();
-        let name = || path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| TokenizerError::Io {
-            path: name(),
+            path: path.display().to_string(),
             source,
         })?;
+        Self::from_json(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates the JSON of [`Tokenizer::to_json`]; `origin` names where it came
+    /// from in errors.
+    pub fn from_json(text: &str, origin: &str) -> Result<Self, TokenizerError> {
+        let name = || origin.to_string();
         let file: TokenizerFile =
-            serde_json::from_str(&text).map_err(|source| TokenizerError::Json {
+            serde_json::from_str(text).map_err(|source| TokenizerError::Json {
                 path: name(),
                 source,
             })?;
