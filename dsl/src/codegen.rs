@@ -355,6 +355,7 @@ fn algorithm(a: &Algorithm) -> TokenStream {
             quote!(::agentry::spec::Filter::RewardStd { keep: #keep })
         }
     };
+    let negative_weight = float(a.negative_weight);
     let (gamma, lambda) = (float(a.gamma), float(a.lambda));
     let epochs = size(a.epochs);
     let grad_clip = option(&a.grad_clip, |c| float(*c));
@@ -370,6 +371,7 @@ fn algorithm(a: &Algorithm) -> TokenStream {
             aggregation: #aggregation,
             sft: #sft,
             filter: #filter,
+            negative_weight: #negative_weight,
             gamma: #gamma,
             lambda: #lambda,
             epochs: #epochs,

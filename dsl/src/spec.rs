@@ -237,6 +237,9 @@ pub struct Algorithm {
     pub sft: Schedule,
     /// Trajectory filtering before the update. Default none.
     pub filter: Filter,
+    /// Weight of negative (below-baseline) advantages after normalization, in [0, 1]. 1, the
+    /// default, is the estimator as published; 0 only reinforces better-than-baseline samples.
+    pub negative_weight: f64,
     /// Discount across turns, in (0, 1]. Default 1.
     pub gamma: f64,
     /// GAE λ (PPO), in [0, 1]. Default 0.95.

@@ -71,6 +71,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(a.kl.estimator, None);
     assert_eq!(a.advantage_norm, AdvantageNorm::Group);
     assert_eq!(a.sft, Schedule::Constant(0.0));
+    assert_eq!(a.negative_weight, 1.0);
     assert_eq!(
         (a.gamma, a.lambda, a.epochs, a.grad_clip),
         (1.0, 0.95, 1, Some(1.0))
@@ -130,9 +131,10 @@ fn kl_as_reward_and_other_schedules() {
     );
     let spec = check(&with(
         "group_size = 4",
-        "group_size = 4, sft = 0.5, grad_clip = none",
+        "group_size = 4, sft = 0.5, grad_clip = none, negative_weight = 0",
     ))
     .unwrap();
+    assert_eq!(spec.algorithm.negative_weight, 0.0);
     assert_eq!(spec.algorithm.sft, Schedule::Constant(0.5));
     assert_eq!(spec.algorithm.grad_clip, None);
 }
@@ -218,6 +220,11 @@ fn out_of_range_numbers_state_the_interval() {
     let d = error(&with("group_size = 4", "group_size = 4, gamma = 1.5"));
     assert_eq!(d.message, "`gamma` must be in (0, 1]");
     assert_eq!(d.hint.as_deref(), Some("got 1.5"));
+    let d = error(&with(
+        "group_size = 4",
+        "group_size = 4, negative_weight = -0.5",
+    ));
+    assert_eq!(d.message, "`negative_weight` must be in [0, 1]");
     let d = error(&with("steps = 100", "steps = 0"));
     assert_eq!(d.message, "`steps` must be at least 1");
 }

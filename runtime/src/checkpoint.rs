@@ -41,7 +41,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Policy, PolicyConfig};
+use crate::model::Policy;
 use crate::optim::PolicyOptimizer;
 use crate::text::Tokenizer;
 use crate::train::Evaluation;
@@ -187,7 +187,9 @@ struct Header {
     /// The resolved experiment the run was started with (`train.steps` may change on resume).
     spec: serde_json::Value,
     task_versions: BTreeMap<String, String>,
-    policy: PolicyConfig,
+    /// The shape of every parameter of the policy, in module order: what a resumed run's
+    /// freshly built policy must match (from scratch or from a Hugging Face checkpoint alike).
+    shapes: Vec<Vec<usize>>,
     phase: Phase,
     rng: RngState,
     /// The tokenizer's own JSON ([`Tokenizer::to_json`]).
@@ -205,8 +207,6 @@ pub struct Snapshot<'a, B: AutodiffBackend> {
     pub task_versions: &'a BTreeMap<String, String>,
     /// The run's tokenizer.
     pub tokenizer: &'a Tokenizer,
-    /// The shape the policy was built with.
-    pub config: &'a PolicyConfig,
     /// The policy being trained.
     pub policy: &'a Policy<B>,
     /// Its optimizer.
@@ -243,10 +243,10 @@ impl<B: AutodiffBackend> Snapshot<'_, B> {
             experiment: self.spec.name.clone(),
             spec: comparable(self.spec).map_err(|e| failed(e.to_string()))?,
             task_versions: self.task_versions.clone(),
-            policy: self.config.clone(),
+            shapes: shapes(self.policy),
             phase: self.phase,
             rng: RngState::of(self.rng),
-            tokenizer: self.tokenizer.to_json(),
+            tokenizer: self.tokenizer.to_json().map_err(failed)?,
             after_warmup: self.after_warmup.cloned(),
             skipped_steps: self.skipped_steps,
             metrics_len: self.metrics_len,
@@ -484,10 +484,16 @@ impl Checkpoint {
         if header.rng.restore().is_none() {
             return Err(corrupt("the RNG state has no valid word position".into()));
         }
-        if header.policy.vocab != tokenizer.vocab_size() {
+        // The token embedding comes first; a Hugging Face model may have more rows than ids.
+        let rows = header
+            .shapes
+            .first()
+            .and_then(|shape| shape.first())
+            .copied();
+        if rows.is_none_or(|rows| rows < tokenizer.vocab_size()) {
             return Err(corrupt(format!(
-                "the policy has {} token ids but the tokenizer {}",
-                header.policy.vocab,
+                "the policy's embedding has {} rows but the tokenizer {} token ids",
+                rows.unwrap_or(0),
                 tokenizer.vocab_size()
             )));
         }
@@ -607,27 +613,46 @@ impl Checkpoint {
         Ok(())
     }
 
-    /// `policy` (freshly built with `config`) with the checkpoint's weights.
+    /// `policy` (freshly built as the experiment builds it) with the checkpoint's weights.
     pub fn restore_policy<B: Backend>(
         &self,
         policy: Policy<B>,
-        config: &PolicyConfig,
         device: &B::Device,
     ) -> Result<Policy<B>, CheckpointError> {
-        if &self.header.policy != config {
+        let built = shapes(&policy);
+        if built != self.header.shapes {
+            let differ = built
+                .iter()
+                .zip(&self.header.shapes)
+                .position(|(a, b)| a != b)
+                .map_or_else(
+                    || {
+                        format!(
+                            "the checkpoint holds {} parameter tensors, the experiment builds {}",
+                            self.header.shapes.len(),
+                            built.len()
+                        )
+                    },
+                    |i| {
+                        format!(
+                            "parameter {i} is {:?} in the checkpoint but {:?} in the policy the \
+                             experiment builds",
+                            self.header.shapes[i], built[i]
+                        )
+                    },
+                );
             return Err(CheckpointError::Mismatch {
                 path: self.path.clone(),
                 reason: format!(
-                    "the architecture differs: the checkpoint holds {:?}, the experiment builds \
-                     {config:?}",
-                    self.header.policy
+                    "the architecture differs ({differ}); did the model files the experiment \
+                     loads change?"
                 ),
             });
         }
         self.load_weights(policy, &self.weights, "weights", device)
     }
 
-    /// The frozen KL reference, built like `policy` (fresh, with the run's `config`); `None`
+    /// The frozen KL reference, built like `policy` (fresh, as the experiment builds it); `None`
     /// when the checkpoint has none.
     pub fn restore_reference<B: Backend>(
         &self,

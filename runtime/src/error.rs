@@ -16,6 +16,9 @@ pub enum RunError {
     /// The experiment asks for something this version of the runtime does not implement.
     #[error("{0}")]
     Unsupported(String),
+    /// The experiment's Hugging Face model could not be loaded.
+    #[error("cannot load the model: {0}")]
+    Model(#[from] crate::model::hf::HfError),
     /// The requested device is not compiled in or not present.
     #[error("device `{device}` is not available: {reason}")]
     Device {

@@ -4,7 +4,7 @@
 //! order of random draws, and therefore the whole run, is fixed by the experiment's seed.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use agentry_dsl::spec::{self, AdvantageNorm, AlgorithmKind, Device, KlPlacement};
@@ -20,7 +20,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::algo::loss::{PolicyLossConfig, kl_estimate, scalar};
 use crate::algo::{
-    PolicyLossInput, normalize_by_key, outcome_advantages, policy_loss, std_dev, whiten,
+    PolicyLossInput, normalize_by_key, outcome_advantages, policy_loss, std_dev, weigh_negatives,
+    whiten,
 };
 use crate::checkpoint::{Checkpoint, Phase, Snapshot};
 use crate::curriculum::Curriculum;
@@ -28,6 +29,7 @@ use crate::device::{self, OnBackend};
 use crate::error::RunError;
 use crate::experiment::Experiment;
 use crate::metrics::{Progress, Record, RlRecord, RunDir, TaskStats};
+use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Policy, PolicyConfig, Sampling};
 use crate::optim::{PolicyOptimizer, clip_global_norm};
 use crate::rollout::{Episode, EpisodeSpec, demonstration, oracle_text, play};
@@ -119,11 +121,6 @@ pub fn run_on<B: AutodiffBackend>(
 /// Rejects, before any work, what the file may declare but this runtime cannot run yet.
 fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
     let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
-    if !matches!(spec.model.arch, spec::Arch::Transformer(_)) {
-        return refuse(
-            "loading Hugging Face checkpoints (qwen2, llama) is not implemented yet; use `arch = transformer { ... }`",
-        );
-    }
     if spec.algorithm.kind == AlgorithmKind::Ppo {
         return refuse(
             "ppo needs a critic, which is not implemented yet; use grpo, rloo or reinforce_pp",
@@ -194,6 +191,15 @@ impl OnBackend for Job {
     }
 }
 
+/// Where a run's policy and tokenizer come from.
+enum Loaded<'a, B: Backend> {
+    /// `arch = transformer { ... }`: initialized from the seed, with a tokenizer trained on
+    /// the tasks' text.
+    Scratch(&'a spec::TransformerArch),
+    /// `arch = qwen2/llama { weights = ... }`: a Hugging Face checkpoint.
+    Checkpoint(Box<HfCheckpoint<B>>),
+}
+
 /// Everything a run mutates.
 struct Trainer<B: AutodiffBackend> {
     spec: spec::Experiment,
@@ -212,8 +218,6 @@ struct Trainer<B: AutodiffBackend> {
     device: B::Device,
     run_dir: RunDir,
     options: RunOptions,
-    /// The shape the policy was built with.
-    config: PolicyConfig,
     task_versions: BTreeMap<String, String>,
     /// Where the run stands: warm-up steps done, or RL steps done.
     phase: Phase,
@@ -233,8 +237,23 @@ impl<B: AutodiffBackend> Trainer<B> {
             options,
             device_name,
         } = job;
-        let spec::Arch::Transformer(arch) = &spec.model.arch else {
-            unreachable!("checked by `unsupported`")
+        // A Hugging Face checkpoint brings its policy and tokenizer; otherwise both are built.
+        let loaded = match &spec.model.arch {
+            spec::Arch::Transformer(arch) => Loaded::Scratch(arch),
+            spec::Arch::Qwen2 { weights } => Loaded::Checkpoint(Box::new(HfCheckpoint::load(
+                Path::new(weights),
+                ModelType::Qwen2,
+                &device,
+            )?)),
+            spec::Arch::Llama { weights } => Loaded::Checkpoint(Box::new(HfCheckpoint::load(
+                Path::new(weights),
+                ModelType::Llama,
+                &device,
+            )?)),
+        };
+        let context = match &loaded {
+            Loaded::Scratch(arch) => arch.context,
+            Loaded::Checkpoint(checkpoint) => checkpoint.policy.context,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
         let curriculum = Curriculum::new(&spec);
@@ -245,10 +264,11 @@ impl<B: AutodiffBackend> Trainer<B> {
         let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
             .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
             .collect();
-        let tokenizer = match &resume {
-            // The weights were trained with the checkpoint's tokenizer.
-            Some(checkpoint) => checkpoint.tokenizer().clone(),
-            None => {
+        let tokenizer = match (&resume, &loaded) {
+            // The weights were trained with the checkpoint's tokenizer (ours or the model's).
+            (Some(resume), _) => resume.tokenizer().clone(),
+            (None, Loaded::Checkpoint(checkpoint)) => checkpoint.tokenizer.clone(),
+            (None, Loaded::Scratch(_)) => {
                 let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
                 for draw in &demo_draws {
                     let mut env =
@@ -263,13 +283,17 @@ impl<B: AutodiffBackend> Trainer<B> {
             .iter()
             .filter_map(|draw| {
                 let mut env = tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
-                demonstration(&chat, env.as_mut(), draw.max_turns, arch.context)
+                demonstration(&chat, env.as_mut(), draw.max_turns, context)
             })
             .collect();
 
         B::seed(&device, spec.seed);
-        let config = PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size());
-        let mut policy = config.init(&device);
+        let mut policy = match loaded {
+            Loaded::Checkpoint(checkpoint) => checkpoint.policy,
+            Loaded::Scratch(arch) => {
+                PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device)
+            }
+        };
         let mut optimizer = PolicyOptimizer::new(&spec.train.optimizer);
         let fresh_phase = match spec.train.warmup {
             Some(_) => Phase::Warmup { step: 0 },
@@ -280,7 +304,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let run_dir = match &resume {
             None => RunDir::create(&options.out, &spec.name, spec.seed)?,
             Some(checkpoint) => {
-                policy = checkpoint.restore_policy(policy, &config, &device)?;
+                policy = checkpoint.restore_policy(policy, &device)?;
                 optimizer = checkpoint.restore_optimizer(optimizer, &device)?;
                 reference = checkpoint.restore_reference(policy.valid(), &device)?;
                 rng = checkpoint.rng();
@@ -315,7 +339,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?;
         Ok(Trainer {
             controller,
-            context: arch.context,
+            context,
             device_name,
             spec,
             tasks,
@@ -329,7 +353,6 @@ impl<B: AutodiffBackend> Trainer<B> {
             device,
             run_dir,
             options,
-            config,
             task_versions,
             phase,
             saved,
@@ -663,6 +686,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             }
             AdvantageNorm::PerTask => normalize_by_key(&mut values, &key(&|e| e.spec.task)),
         }
+        weigh_negatives(&mut values, algorithm.negative_weight);
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); episodes.len()];
         for (value, i) in values.into_iter().zip(owner) {
             out[i].push(value);
@@ -771,7 +795,6 @@ impl<B: AutodiffBackend> Trainer<B> {
             spec: &self.spec,
             task_versions: &self.task_versions,
             tokenizer: self.chat.tokenizer(),
-            config: &self.config,
             policy: &self.policy,
             optimizer: &self.optimizer,
             reference: self.reference.as_ref(),

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use agentry_runtime::checkpoint::{Checkpoint, CheckpointError};
+use agentry_runtime::model::hf::load_policy;
 use agentry_runtime::model::{Policy, PolicyConfig};
 use agentry_runtime::text::Tokenizer;
 use agentry_runtime::{Interpreted, RunError, RunOptions, RunSummary};
@@ -164,7 +165,7 @@ fn same_final_state(a: &Path, b: &Path, checkpoint: &str) {
     assert_eq!(draws(&ca), draws(&cb), "RNG state");
     let weights = |c: &Checkpoint| {
         let fresh = config.init::<Flex>(&device);
-        parameters(&c.restore_policy(fresh, &config, &device).unwrap())
+        parameters(&c.restore_policy(fresh, &device).unwrap())
     };
     assert!(weights(&ca) == weights(&cb), "checkpointed weights differ");
     let reference = |c: &Checkpoint| {
@@ -252,6 +253,72 @@ fn a_run_resumes_from_a_warmup_checkpoint() {
     let message = resume_error(&source, 1, &straight.run_dir);
     assert!(
         message.contains("it is at RL step 2, past this run's 1 steps; pass `--steps 2`"),
+        "{message}"
+    );
+}
+
+/// A run from a Hugging Face checkpoint resumes exactly too: the checkpoint embeds the model's
+/// own `tokenizer.json`, and the policy is rebuilt from the model files before its weights are
+/// replaced. The model files changing under the run is an error, not a silent mix.
+#[test]
+fn a_run_from_a_hugging_face_checkpoint_resumes_exactly() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/qwen2");
+    let model = scratch("hf-model");
+    for entry in std::fs::read_dir(&fixture).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), model.join(entry.file_name())).unwrap();
+    }
+    let source = TINY
+        .replace(
+            "arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 }",
+            &format!("arch = qwen2 {{ weights = \"{}\" }}", model.display()),
+        )
+        .replace("steps = 4, batch", "steps = 2, batch");
+    let straight = {
+        let _guard = serial();
+        run(&source, &scratch("hf-straight"), 2, None).unwrap()
+    };
+    let out = scratch("hf-split");
+    let resumed = {
+        let _guard = serial();
+        let first = run(&source, &out, 1, None).unwrap();
+        let resumed = run(&source, &out, 2, Some(&first.run_dir)).unwrap();
+        assert_eq!(resumed.run_dir, first.run_dir);
+        resumed
+    };
+    assert_eq!(metrics(&resumed.run_dir), metrics(&straight.run_dir));
+    let (a, b) = (
+        Checkpoint::read(&resumed.run_dir.join("checkpoints/rl-000002.ckpt")).unwrap(),
+        Checkpoint::read(&straight.run_dir.join("checkpoints/rl-000002.ckpt")).unwrap(),
+    );
+    assert!(
+        a.tokenizer().hf().is_some(),
+        "the model's tokenizer is kept"
+    );
+    assert_eq!(a.tokenizer(), b.tokenizer());
+    let device = Default::default();
+    let weights = |c: &Checkpoint| {
+        let (_, fresh) = load_policy::<Flex>(&model, &device).unwrap();
+        parameters(&c.restore_policy(fresh, &device).unwrap())
+    };
+    assert!(weights(&a) == weights(&b), "checkpointed weights differ");
+
+    // A policy of another shape (as when the model files change under the path) is refused.
+    let other = PolicyConfig {
+        vocab: 64,
+        layers: 1,
+        d_model: 16,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 32,
+        context: 64,
+        tie_embeddings: true,
+    }
+    .init::<Flex>(&device);
+    let message = a.restore_policy(other, &device).unwrap_err().to_string();
+    assert!(
+        message.contains("the architecture differs (parameter 0 is")
+            && message.contains("did the model files the experiment loads change?"),
         "{message}"
     );
 }

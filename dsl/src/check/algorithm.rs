@@ -27,6 +27,7 @@ const KEYS: &[&str] = &[
     "aggregation",
     "sft",
     "filter",
+    "negative_weight",
     "gamma",
     "lambda",
     "epochs",
@@ -146,6 +147,10 @@ impl Checker {
             Some(v) => self.filter(v),
             None => Some(Filter::None),
         };
+        let negative_weight = match table.get("negative_weight") {
+            Some(v) => self.number_in("negative_weight", v, Interval::new(0.0, false, 1.0, false)),
+            None => Some(1.0),
+        };
         let gamma = match table.get("gamma") {
             Some(v) => self.number_in("gamma", v, Interval::new(0.0, true, 1.0, false)),
             None => Some(1.0),
@@ -176,6 +181,7 @@ impl Checker {
             aggregation: aggregation?,
             sft: sft?,
             filter: filter?,
+            negative_weight: negative_weight?,
             gamma: gamma?,
             lambda: lambda?,
             epochs: epochs?,

@@ -92,6 +92,22 @@ pub fn normalize_by_key(values: &mut [f32], keys: &[usize]) {
     }
 }
 
+/// Scales the negative advantages by `weight` (the `negative_weight` key), leaving the
+/// positive ones as they are.
+///
+/// Pushing a sampled token down moves its embedding too; when the policy's head is tied to the
+/// embedding, a wrongly copied name is pushed down in the very direction that copies it right
+/// in other questions. A weight below 1 keeps more of the update for better-than-baseline
+/// samples; 0 reinforces only those (rejection-sampling fine-tuning weighted by advantage).
+pub fn weigh_negatives(values: &mut [f32], weight: f64) {
+    if weight == 1.0 {
+        return;
+    }
+    for v in values.iter_mut().filter(|v| **v < 0.0) {
+        *v = (f64::from(*v) * weight) as f32;
+    }
+}
+
 /// Whitens token values over the whole batch: `(a - mean) / sqrt(var + 1e-8)`, var unbiased
 /// (verl's `masked_whiten`, used by REINFORCE++ and GAE).
 pub fn whiten(values: &mut [f32]) {
@@ -147,6 +163,21 @@ mod tests {
         let a = outcome_advantages(AlgorithmKind::Grpo, &[0.7, 1.0, 0.0], &[0, 1, 1]).unwrap();
         let z = 0.5 / (std::f32::consts::FRAC_1_SQRT_2 + 1e-6);
         close(&a, &[0.7 / (1.0 + 1e-6), z, -z]);
+    }
+
+    #[test]
+    fn negative_weight_scales_only_negative_advantages() {
+        // Group rewards 1, 0, 0, 0: mean 0.25, unbiased std 0.5.
+        let mut a =
+            outcome_advantages(AlgorithmKind::Grpo, &[1.0, 0.0, 0.0, 0.0], &[0, 0, 0, 0]).unwrap();
+        let (up, down) = (0.75 / (0.5 + 1e-6), -0.25 / (0.5 + 1e-6));
+        weigh_negatives(&mut a, 1.0);
+        close(&a, &[up as f32, down as f32, down as f32, down as f32]);
+        weigh_negatives(&mut a, 0.25);
+        let down = down * 0.25;
+        close(&a, &[up as f32, down as f32, down as f32, down as f32]);
+        weigh_negatives(&mut a, 0.0);
+        close(&a, &[up as f32, 0.0, 0.0, 0.0]);
     }
 
     #[test]

@@ -8,5 +8,5 @@
 pub mod advantage;
 pub mod loss;
 
-pub use advantage::{normalize_by_key, outcome_advantages, std_dev, whiten};
+pub use advantage::{normalize_by_key, outcome_advantages, std_dev, weigh_negatives, whiten};
 pub use loss::{LossStats, PolicyLossInput, policy_loss};

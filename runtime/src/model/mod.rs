@@ -4,9 +4,11 @@
 //! embeddings and optional grouped-query key/value heads, SwiGLU feed-forward), a final RMSNorm
 //! and an LM head, tied to the token embedding by default. [`Policy::forward`] and [`Policy::token_logprobs`] serve training on
 //! right-padded batches; [`generate`] samples batches of continuations with a KV cache.
+//! [`hf`] loads Hugging Face Qwen2 and Llama checkpoints into the same [`Policy`].
 
 mod generate;
+pub mod hf;
 mod transformer;
 
 pub use generate::{Generation, Sampling, generate, generate_uncached};
-pub use transformer::{DecoderBlock, Policy, PolicyConfig};
+pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope};

@@ -137,8 +137,54 @@ impl PolicyConfig {
             vocab: self.vocab,
             context: self.context,
             head_dim: hd,
+            rope: Rope::new(ROPE_THETA, hd),
         }
     }
+}
+
+/// The rotary position embedding's inverse frequencies, one per rotated pair of dimensions
+/// (dimension `i` is paired with `i + head_dim / 2`, the rotate-half layout).
+///
+/// A from-scratch policy uses `theta^(-2i / head_dim)` with theta 10 000; a Hugging Face
+/// checkpoint brings its own theta and scaling ([`crate::model::hf`]), so the frequencies are
+/// data, not a formula fixed in the attention code.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rope {
+    inv_freq: Vec<f64>,
+}
+
+impl Rope {
+    /// The standard frequencies `theta^(-2i / head_dim)` for `i < head_dim / 2`.
+    pub fn new(theta: f64, head_dim: usize) -> Self {
+        let inv_freq = (0..head_dim / 2)
+            .map(|i| theta.powf(-((2 * i) as f64) / head_dim as f64))
+            .collect();
+        Rope { inv_freq }
+    }
+
+    /// Frequencies computed elsewhere (for example with a checkpoint's scaling rule); one per
+    /// pair, so `head_dim / 2` of them.
+    pub fn from_inv_freq(inv_freq: Vec<f64>) -> Self {
+        Rope { inv_freq }
+    }
+
+    /// The inverse frequencies.
+    pub fn inv_freq(&self) -> &[f64] {
+        &self.inv_freq
+    }
+}
+
+/// What [`Positions::new`] needs of a policy: its head layout and rotary frequencies.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeadLayout<'a> {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// The rotary frequencies, `head_dim / 2` of them.
+    pub rope: &'a Rope,
 }
 
 /// One pre-norm decoder block: `x + attn(norm(x))`, then `x + swiglu(norm(x))`.
@@ -198,17 +244,19 @@ impl<B: Backend> Positions<B> {
     pub(crate) fn new(
         positions: &[usize],
         rows: usize,
-        policy_heads: (usize, usize, usize),
+        layout: HeadLayout<'_>,
         mask: Option<Tensor<B, 4, Bool>>,
         causal: bool,
         device: &B::Device,
     ) -> Self {
-        let (heads, kv_heads, head_dim) = policy_heads;
-        let half = head_dim / 2;
+        let HeadLayout {
+            heads,
+            kv_heads,
+            head_dim,
+            rope,
+        } = layout;
         let len = positions.len() / rows.max(1);
-        let inv: Vec<f64> = (0..half)
-            .map(|i| ROPE_THETA.powf(-((2 * i) as f64) / head_dim as f64))
-            .collect();
+        let inv = rope.inv_freq();
         let table = |heads: usize, f: fn(f64) -> f64| {
             let mut out = Vec::with_capacity(positions.len() * heads * head_dim);
             let mut row = Vec::with_capacity(head_dim);
@@ -321,13 +369,21 @@ pub struct Policy<B: Backend> {
     pub context: usize,
     /// Width of one head.
     pub head_dim: usize,
+    /// Rotary frequencies; configuration, not a parameter (never trained or saved).
+    #[module(skip)]
+    pub rope: Rope,
 }
 
 impl<B: Backend> Policy<B> {
-    /// Query heads, key/value heads and head width.
-    pub(crate) fn heads(&self) -> (usize, usize, usize) {
+    /// Query heads, key/value heads, head width and rotary frequencies.
+    pub(crate) fn heads(&self) -> HeadLayout<'_> {
         let block = &self.blocks[0];
-        (block.heads, block.kv_heads, block.head_dim)
+        HeadLayout {
+            heads: block.heads,
+            kv_heads: block.kv_heads,
+            head_dim: block.head_dim,
+            rope: &self.rope,
+        }
     }
 
     /// The device holding the weights.

@@ -10,9 +10,21 @@
 //! The policy writes each tool call in the compact form of [`agentry_env::syntax`],
 //! `name(arg="value", n=3)`. The agent mask of a [`Transcript`] marks exactly the
 //! tokens the policy generated (each call and its end token).
+//!
+//! With a Hugging Face checkpoint's tokenizer ([`Tokenizer::from_hf`]) the same turns are
+//! framed by the checkpoint's own markers, so the model sees the turn layout it was trained on:
+//!
+//! ```text
+//! ChatML:  <|im_start|>system\n…<|im_end|>\n<|im_start|>user\n…<|im_end|>\n<|im_start|>assistant\n
+//!          …<|im_end|>\n<|im_start|>tool\n…<|im_end|>\n<|im_start|>assistant\n
+//! Llama 3: <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n…<|eot_id|>…
+//! ```
+//!
+//! The turn-end marker (`<|im_end|>`, `<|eot_id|>`) is the token that stops generation.
 
 use agentry_env::{Reset, ToolCall, ToolSchema, render_call};
 
+use super::hf::TurnMarkers;
 use super::tokenizer::{Special, Tokenizer};
 
 /// A rendered conversation: tokens, and which of them the policy generated.
@@ -42,16 +54,91 @@ impl Transcript {
     }
 }
 
+/// The tokens around messages: a conversation is `start`, then per message the role's
+/// header, the text, `end` and `after_end`.
+#[derive(Clone, Debug, PartialEq)]
+struct Frame {
+    start: Vec<u32>,
+    /// Headers of the system, user, assistant and tool roles.
+    headers: [Vec<u32>; 4],
+    end: u32,
+    after_end: Vec<u32>,
+}
+
+/// A message's role, indexing [`Frame::headers`].
+#[derive(Clone, Copy)]
+enum Role {
+    System = 0,
+    User = 1,
+    Assistant = 2,
+    Tool = 3,
+}
+
+impl Frame {
+    fn of(tokenizer: &Tokenizer) -> Self {
+        const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+        let Some((_, markers)) = tokenizer.hf() else {
+            let header = |s: Special| vec![s.id()];
+            return Frame {
+                start: Vec::new(),
+                headers: [
+                    header(Special::System),
+                    header(Special::User),
+                    header(Special::Assistant),
+                    header(Special::Tool),
+                ],
+                end: Special::End.id(),
+                after_end: Vec::new(),
+            };
+        };
+        match markers {
+            TurnMarkers::ChatMl { start, end } => Frame {
+                start: Vec::new(),
+                headers: ROLES.map(|role| {
+                    let mut h = vec![start];
+                    h.extend(tokenizer.encode(&format!("{role}\n")));
+                    h
+                }),
+                end,
+                after_end: tokenizer.encode("\n"),
+            },
+            TurnMarkers::Llama3 {
+                begin,
+                start_header,
+                end_header,
+                eot,
+            } => Frame {
+                start: begin.into_iter().collect(),
+                headers: ROLES.map(|role| {
+                    let mut h = vec![start_header];
+                    h.extend(tokenizer.encode(role));
+                    h.push(end_header);
+                    h.extend(tokenizer.encode("\n\n"));
+                    h
+                }),
+                end: eot,
+                after_end: Vec::new(),
+            },
+        }
+    }
+
+    fn header(&self, role: Role) -> &[u32] {
+        &self.headers[role as usize]
+    }
+}
+
 /// Renders episodes into tokens with a [`Tokenizer`]; see the module docs for the layout.
 #[derive(Clone, Debug)]
 pub struct ChatFormat {
     tokenizer: Tokenizer,
+    frame: Frame,
 }
 
 impl ChatFormat {
     /// A chat format over `tokenizer`.
     pub fn new(tokenizer: Tokenizer) -> Self {
-        ChatFormat { tokenizer }
+        let frame = Frame::of(&tokenizer);
+        ChatFormat { tokenizer, frame }
     }
 
     /// The tokenizer.
@@ -61,7 +148,7 @@ impl ChatFormat {
 
     /// The token that ends every message, and so every agent turn.
     pub fn end_token(&self) -> u32 {
-        self.tokenizer.special(Special::End)
+        self.frame.end
     }
 
     /// The system message text: the tools as compact signatures on one line,
@@ -81,15 +168,24 @@ impl ChatFormat {
     /// header; the mask is all `false`.
     pub fn begin(&self, reset: &Reset) -> Transcript {
         let mut t = Transcript::default();
-        t.push(&[Special::System.id()], false);
-        t.push(
-            &self.tokenizer.encode(&Self::system_text(&reset.tools)),
-            false,
-        );
-        t.push(&[Special::End.id(), Special::User.id()], false);
-        t.push(&self.tokenizer.encode(&reset.instruction), false);
-        t.push(&[Special::End.id(), Special::Assistant.id()], false);
+        t.push(&self.frame.start, false);
+        self.push_message(&mut t, Role::System, &Self::system_text(&reset.tools));
+        self.push_message(&mut t, Role::User, &reset.instruction);
+        t.push(self.frame.header(Role::Assistant), false);
         t
+    }
+
+    /// A whole non-agent message: header, text, end.
+    fn push_message(&self, t: &mut Transcript, role: Role, text: &str) {
+        t.push(self.frame.header(role), false);
+        t.push(&self.tokenizer.encode(text), false);
+        self.push_end(t);
+    }
+
+    /// The end of a message: the end token and what follows it (masked `false`).
+    fn push_end(&self, t: &mut Transcript) {
+        t.push(&[self.frame.end], false);
+        t.push(&self.frame.after_end, false);
     }
 
     /// Appends what the policy generated this turn (ending with the end token when it stopped);
@@ -103,12 +199,13 @@ impl ChatFormat {
     /// If the previous agent turn did not end with the end token (it was cut off), one is
     /// inserted first (masked `false`) so the layout stays well-formed.
     pub fn push_observation(&self, transcript: &mut Transcript, observation: &str) {
-        if transcript.tokens.last() != Some(&self.end_token()) {
-            transcript.push(&[self.end_token()], false);
+        if transcript.tokens.last() == Some(&self.end_token()) {
+            transcript.push(&self.frame.after_end, false);
+        } else {
+            self.push_end(transcript);
         }
-        transcript.push(&[Special::Tool.id()], false);
-        transcript.push(&self.tokenizer.encode(observation), false);
-        transcript.push(&[Special::End.id(), Special::Assistant.id()], false);
+        self.push_message(transcript, Role::Tool, observation);
+        transcript.push(self.frame.header(Role::Assistant), false);
     }
 
     /// The text of a generated turn, up to (without) the first end token.

@@ -14,6 +14,8 @@ use std::path::Path;
 use agentry_env::pieces::pieces;
 use serde::{Deserialize, Serialize};
 
+use super::hf::{HfTokenizer, TurnMarkers};
+
 /// The special tokens, with fixed ids `0..Special::COUNT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Special {
@@ -105,11 +107,15 @@ struct TokenizerFile {
 
 const FORMAT: &str = "agentry-word-bytes-v1";
 
-/// A lossless word-level tokenizer with byte fallback; see the module docs.
+/// A lossless word-level tokenizer with byte fallback (see the module docs), or a Hugging Face
+/// checkpoint's `tokenizer.json` ([`Tokenizer::from_hf`]), behind one interface so the chat
+/// format, rollout and training take either.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tokenizer {
     pieces: Vec<String>,
     index: HashMap<String, u32>,
+    /// A checkpoint's tokenizer and its turn markers; then `pieces` is empty and unused.
+    hf: Option<Box<(HfTokenizer, TurnMarkers)>>,
 }
 
 impl Tokenizer {
@@ -141,11 +147,40 @@ impl Tokenizer {
             .enumerate()
             .map(|(i, p)| (p.clone(), PIECE_BASE + i as u32))
             .collect();
-        Tokenizer { pieces, index }
+        Tokenizer {
+            pieces,
+            index,
+            hf: None,
+        }
+    }
+
+    /// A checkpoint's tokenizer. Its vocabulary must define chat turn markers (ChatML or
+    /// Llama 3, see [`HfTokenizer::turn_markers`]), which the chat format renders turns with.
+    pub fn from_hf(hf: HfTokenizer) -> Result<Self, String> {
+        let markers = hf.turn_markers().ok_or(
+            "the tokenizer defines no chat turn markers: neither ChatML's special \
+             <|im_start|> and <|im_end|> nor Llama 3's <|start_header_id|>, \
+             <|end_header_id|> and <|eot_id|>",
+        )?;
+        Ok(Tokenizer {
+            pieces: Vec::new(),
+            index: HashMap::new(),
+            hf: Some(Box::new((hf, markers))),
+        })
+    }
+
+    /// The checkpoint's tokenizer and turn markers, when this is one.
+    pub fn hf(&self) -> Option<(&HfTokenizer, TurnMarkers)> {
+        self.hf.as_deref().map(|(hf, markers)| (hf, *markers))
     }
 
     /// Encodes text; never produces special tokens.
     pub fn encode(&self, text: &str) -> Vec<u32> {
+        if let Some((hf, _)) = self.hf() {
+            // Loading encoded a probe of rare characters, so this does not fail in practice;
+            // if it ever does, the text is replaced by nothing rather than stopping a run.
+            return hf.encode(text).unwrap_or_default();
+        }
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         for piece in pieces(text) {
             match self.index.get(piece) {
@@ -159,6 +194,11 @@ impl Tokenizer {
     /// Decodes tokens; specials become their marker text, invalid UTF-8 and unknown ids become
     /// U+FFFD.
     pub fn decode(&self, tokens: &[u32]) -> String {
+        if let Some((hf, _)) = self.hf() {
+            return hf
+                .decode(tokens)
+                .unwrap_or_else(|_| "\u{FFFD}".repeat(tokens.len()));
+        }
         let mut bytes = Vec::with_capacity(tokens.len() * 4);
         for &id in tokens {
             if (id as usize) < Special::COUNT {
@@ -179,43 +219,65 @@ impl Tokenizer {
 
     /// The number of token ids (specials, bytes and pieces).
     pub fn vocab_size(&self) -> usize {
-        PIECE_BASE as usize + self.pieces.len()
+        match self.hf() {
+            Some((hf, _)) => hf.vocab_size(),
+            None => PIECE_BASE as usize + self.pieces.len(),
+        }
     }
 
-    /// The padding id (0).
+    /// The padding id: 0, or a checkpoint's turn end (padding is masked, any real id does).
     pub fn pad(&self) -> u32 {
-        Special::Pad.id()
+        self.special(Special::Pad)
     }
 
-    /// The id of a special token.
+    /// The id of a special token. For a checkpoint's tokenizer, `End` and `Pad` are the turn
+    /// end and the roles share the turn-start marker (its role name follows it as text).
     pub fn special(&self, special: Special) -> u32 {
-        special.id()
+        match self.hf() {
+            None => special.id(),
+            Some((_, markers)) => match (special, markers) {
+                (Special::End | Special::Pad, _) => markers.end(),
+                (_, TurnMarkers::ChatMl { start, .. }) => start,
+                (_, TurnMarkers::Llama3 { start_header, .. }) => start_header,
+            },
+        }
     }
 
     /// Whether `id` is a special token.
     pub fn is_special(&self, id: u32) -> bool {
-        (id as usize) < Special::COUNT
+        match self.hf() {
+            Some((hf, _)) => hf.is_special(id),
+            None => (id as usize) < Special::COUNT,
+        }
     }
 
-    /// Writes the tokenizer as JSON.
+    /// Writes the tokenizer as JSON: ours, or a checkpoint's `tokenizer.json`.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_json()).map_err(|source| TokenizerError::Io {
+        let json = self.to_json().map_err(|reason| TokenizerError::Invalid {
+            path: path.display().to_string(),
+            reason,
+        })?;
+        std::fs::write(path, json).map_err(|source| TokenizerError::Io {
             path: path.display().to_string(),
             source,
         })
     }
 
-    /// The JSON [`Tokenizer::save`] writes (checkpoints embed it).
-    pub fn to_json(&self) -> String {
+    /// The JSON [`Tokenizer::save`] writes (checkpoints embed it): a checkpoint's tokenizer as
+    /// Hugging Face's `tokenizer.json`, ours as its pieces.
+    pub fn to_json(&self) -> Result<String, String> {
+        if let Some((hf, _)) = self.hf() {
+            return hf.to_json();
+        }
         let file = TokenizerFile {
             format: FORMAT.to_string(),
             pieces: self.pieces.clone(),
         };
-        serde_json::to_string(&file).expect("strings always serialize")
+        serde_json::to_string(&file).map_err(|e| e.to_string())
     }
 
-    /// Reads a tokenizer written by [`Tokenizer::save`].
+    /// Reads a tokenizer written by [`Tokenizer::save`], or a Hugging Face `tokenizer.json`.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TokenizerError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| TokenizerError::Io {
@@ -229,8 +291,21 @@ impl Tokenizer {
     /// from in errors.
     pub fn from_json(text: &str, origin: &str) -> Result<Self, TokenizerError> {
         let name = || origin.to_string();
-        let file: TokenizerFile =
+        let value: serde_json::Value =
             serde_json::from_str(text).map_err(|source| TokenizerError::Json {
+                path: name(),
+                source,
+            })?;
+        // Ours always names its format; Hugging Face's `tokenizer.json` has no such key.
+        if value.get("format").is_none() {
+            let hf = HfTokenizer::from_json(text.as_bytes(), origin)?;
+            return Self::from_hf(hf).map_err(|reason| TokenizerError::Invalid {
+                path: name(),
+                reason,
+            });
+        }
+        let file: TokenizerFile =
+            serde_json::from_value(value).map_err(|source| TokenizerError::Json {
                 path: name(),
                 source,
             })?;

@@ -1,0 +1,280 @@
+//! Hugging Face Qwen2 and Llama checkpoints as a [`Policy`].
+//!
+//! A checkpoint directory holds `config.json` ([`HfConfig`]), the weights (`model.safetensors`,
+//! or shards listed by `model.safetensors.index.json`, stored as f32, f16 or bf16 and read as
+//! f32) and `tokenizer.json` ([`crate::text::HfTokenizer`]). The architecture is the one
+//! [`Policy`] already computes: pre-norm RMSNorm blocks, rotate-half RoPE, SwiGLU and
+//! grouped-query attention where query head `h` reads key/value head
+//! `h / (heads / kv_heads)`; so the weights load as they are, with no permutation. Only the
+//! linear layers are transposed, since burn stores `[in, out]` and torch `[out, in]`.
+//!
+//! Loading is strict, because a silently wrong model still produces plausible text: every
+//! tensor must be present with exactly the shape `config.json` implies, hold finite floats,
+//! and no tensor may be left over (a leftover means the config and the weights disagree).
+//! Each failure is an [`HfError`] naming the file and the tensor or key.
+
+mod config;
+mod weights;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use burn::module::Param;
+use burn::nn::{Embedding, Linear, RmsNorm};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
+
+pub use config::{HfConfig, ModelType, RopeScaling};
+pub use weights::{F32Tensor, INDEX_FILE, SINGLE_FILE, Weights};
+
+use super::transformer::{DecoderBlock, Policy, Rope};
+use crate::text::{HfTokenizer, Tokenizer};
+
+/// Why a checkpoint could not be loaded. Each variant names the file concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum HfError {
+    /// A file could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file is malformed or describes something this loader does not support.
+    #[error("{}: {reason}", path.display())]
+    Invalid {
+        /// The file (or the checkpoint directory, when a file is missing).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// One tensor is missing, misshapen, of an unsupported type or not finite.
+    #[error("{}: tensor `{tensor}` {reason}", path.display())]
+    Tensor {
+        /// The file that holds (or should hold) the tensor.
+        path: PathBuf,
+        /// The tensor's name.
+        tensor: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A checkpoint ready for a run: the policy and its tokenizer (with chat turn markers).
+#[derive(Debug)]
+pub struct HfCheckpoint<B: Backend> {
+    /// The policy, with the checkpoint's weights.
+    pub policy: Policy<B>,
+    /// `tokenizer.json`, for [`crate::text::ChatFormat`].
+    pub tokenizer: Tokenizer,
+}
+
+impl<B: Backend> HfCheckpoint<B> {
+    /// Loads the checkpoint an experiment's `arch = qwen2 { weights = "DIR" }` or
+    /// `llama { ... }` names; `declared` is the architecture the experiment declares, which
+    /// the checkpoint's `config.json` must agree with.
+    pub fn load(dir: &Path, declared: ModelType, device: &B::Device) -> Result<Self, HfError> {
+        let config = HfConfig::load(dir)?;
+        if config.model_type != declared {
+            return Err(HfError::Invalid {
+                path: dir.join("config.json"),
+                reason: format!(
+                    "model_type is `{}`, but the experiment declares `arch = {}`",
+                    config.model_type.name(),
+                    declared.name()
+                ),
+            });
+        }
+        let path = dir.join("tokenizer.json");
+        let invalid = |reason: String| HfError::Invalid {
+            path: path.clone(),
+            reason,
+        };
+        let hf = HfTokenizer::load(&path).map_err(|e| invalid(e.to_string()))?;
+        let tokenizer = Tokenizer::from_hf(hf).map_err(invalid)?;
+        let (_, policy) = load_policy(dir, device)?;
+        if tokenizer.vocab_size() > policy.vocab {
+            return Err(invalid(format!(
+                "{} token ids, but the model's vocab_size is {}",
+                tokenizer.vocab_size(),
+                policy.vocab
+            )));
+        }
+        Ok(HfCheckpoint { policy, tokenizer })
+    }
+}
+
+/// Loads `dir` (see the module docs) as a policy on `device`, with its checked config.
+pub fn load_policy<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<(HfConfig, Policy<B>), HfError> {
+    let config = HfConfig::load(dir)?;
+    let weights = Weights::open(dir)?;
+    let wanted = expected_tensors(&config);
+    let expected: std::collections::HashSet<&str> =
+        wanted.iter().map(|(n, _)| n.as_str()).collect();
+    // Tolerated leftovers: the rotary table some exporters save (recomputed here), and a head
+    // saved beside tied embeddings (transformers ignores it too: the embedding is the head).
+    let tolerated = |name: &str| {
+        name.ends_with(".rotary_emb.inv_freq")
+            || (config.tie_word_embeddings && name == "lm_head.weight")
+    };
+    let leftover = weights
+        .names()
+        .find(|name| !expected.contains(name) && !tolerated(name));
+    if let Some(name) = leftover {
+        return Err(HfError::Tensor {
+            path: weights.listing().to_path_buf(),
+            tensor: name.to_string(),
+            reason: format!(
+                "is not part of a {} model with {} layers{} (config.json and the weights disagree)",
+                config.model_type.name(),
+                config.num_hidden_layers,
+                if config.tie_word_embeddings {
+                    " and tied embeddings"
+                } else {
+                    ""
+                },
+            ),
+        });
+    }
+    let mut tensors = weights.read(&wanted)?;
+    let policy = build(&config, &mut tensors, device);
+    Ok((config, policy))
+}
+
+/// Every tensor the config implies, with its shape in the checkpoint (torch layout).
+pub fn expected_tensors(config: &HfConfig) -> Vec<(String, Vec<usize>)> {
+    let (d, hd) = (config.hidden_size, config.head_dim);
+    let q = config.num_attention_heads * hd;
+    let kv = config.num_key_value_heads * hd;
+    let ffn = config.intermediate_size;
+    let mut out = vec![(
+        "model.embed_tokens.weight".to_string(),
+        vec![config.vocab_size, d],
+    )];
+    for i in 0..config.num_hidden_layers {
+        let p = format!("model.layers.{i}");
+        let mut push = |name: &str, shape: Vec<usize>| out.push((format!("{p}.{name}"), shape));
+        push("input_layernorm.weight", vec![d]);
+        for (proj, width) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+            push(&format!("self_attn.{proj}.weight"), vec![width, d]);
+            if config.qkv_bias {
+                push(&format!("self_attn.{proj}.bias"), vec![width]);
+            }
+        }
+        push("self_attn.o_proj.weight", vec![d, q]);
+        if config.o_bias {
+            push("self_attn.o_proj.bias", vec![d]);
+        }
+        push("post_attention_layernorm.weight", vec![d]);
+        for (proj, shape) in [
+            ("gate_proj", vec![ffn, d]),
+            ("up_proj", vec![ffn, d]),
+            ("down_proj", vec![d, ffn]),
+        ] {
+            let width = shape[0];
+            push(&format!("mlp.{proj}.weight"), shape);
+            if config.mlp_bias {
+                push(&format!("mlp.{proj}.bias"), vec![width]);
+            }
+        }
+    }
+    out.push(("model.norm.weight".to_string(), vec![d]));
+    if !config.tie_word_embeddings {
+        out.push(("lm_head.weight".to_string(), vec![config.vocab_size, d]));
+    }
+    out
+}
+
+/// Assembles the policy from tensors already checked by [`Weights::read`].
+fn build<B: Backend>(
+    config: &HfConfig,
+    tensors: &mut HashMap<String, F32Tensor>,
+    device: &B::Device,
+) -> Policy<B> {
+    let mut take = |name: &str| {
+        tensors
+            .remove(name)
+            .unwrap_or_else(|| unreachable!("`{name}` was read with its checked shape"))
+    };
+    let vector = |t: F32Tensor| {
+        Param::from_tensor(Tensor::<B, 1>::from_data(
+            TensorData::new(t.values, t.shape),
+            device,
+        ))
+    };
+    let norm = |t: F32Tensor| RmsNorm {
+        gamma: vector(t),
+        epsilon: config.rms_norm_eps,
+    };
+    // torch stores `[out, in]`; burn's `Linear` multiplies by `[in, out]`.
+    let linear = |weight: F32Tensor, bias: Option<F32Tensor>| {
+        let (rows, cols) = (weight.shape[0], weight.shape[1]);
+        let mut transposed = vec![0.0f32; weight.values.len()];
+        for (r, row) in weight.values.chunks_exact(cols).enumerate() {
+            for (c, &x) in row.iter().enumerate() {
+                transposed[c * rows + r] = x;
+            }
+        }
+        Linear {
+            weight: Param::from_tensor(Tensor::<B, 2>::from_data(
+                TensorData::new(transposed, [cols, rows]),
+                device,
+            )),
+            bias: bias.map(vector),
+        }
+    };
+    let embed = take("model.embed_tokens.weight");
+    let embed = Embedding {
+        weight: Param::from_tensor(Tensor::<B, 2>::from_data(
+            TensorData::new(embed.values, embed.shape),
+            device,
+        )),
+    };
+    let blocks = (0..config.num_hidden_layers)
+        .map(|i| {
+            let p = format!("model.layers.{i}");
+            let mut proj = |name: &str, bias: bool| {
+                let weight = take(&format!("{p}.{name}.weight"));
+                let bias = bias.then(|| take(&format!("{p}.{name}.bias")));
+                linear(weight, bias)
+            };
+            let q = proj("self_attn.q_proj", config.qkv_bias);
+            let k = proj("self_attn.k_proj", config.qkv_bias);
+            let v = proj("self_attn.v_proj", config.qkv_bias);
+            let out = proj("self_attn.o_proj", config.o_bias);
+            let gate = proj("mlp.gate_proj", config.mlp_bias);
+            let up = proj("mlp.up_proj", config.mlp_bias);
+            let down = proj("mlp.down_proj", config.mlp_bias);
+            DecoderBlock {
+                attn_norm: norm(take(&format!("{p}.input_layernorm.weight"))),
+                q,
+                k,
+                v,
+                out,
+                ffn_norm: norm(take(&format!("{p}.post_attention_layernorm.weight"))),
+                gate,
+                up,
+                down,
+                heads: config.num_attention_heads,
+                kv_heads: config.num_key_value_heads,
+                head_dim: config.head_dim,
+            }
+        })
+        .collect();
+    let final_norm = norm(take("model.norm.weight"));
+    let head = (!config.tie_word_embeddings).then(|| linear(take("lm_head.weight"), None));
+    Policy {
+        embed,
+        blocks,
+        norm: final_norm,
+        head,
+        vocab: config.vocab_size,
+        context: config.max_position_embeddings,
+        head_dim: config.head_dim,
+        rope: Rope::from_inv_freq(config.inv_freq()),
+    }
+}
