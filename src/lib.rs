@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// Hide the progress bars.
     #[arg(long)]
     pub quiet: bool,
+    /// Go on with a stopped run: its run directory (the latest checkpoint) or one checkpoint
+    /// file in it. The run continues in that directory from the step after the checkpoint.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub resume: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -53,6 +57,7 @@ impl RunArgs {
             steps: self.steps,
             out: self.out.clone(),
             quiet: self.quiet,
+            resume: self.resume.clone(),
         }
     }
 }

@@ -84,3 +84,20 @@ fn run_refuses_files_that_name_rust_types() {
     assert!(stderr.contains("task `maze`"), "{stderr}");
     assert!(stderr.contains("agentry::experiment!"), "{stderr}");
 }
+
+#[test]
+fn run_resume_without_a_checkpoint_is_an_error_before_any_work() {
+    let missing = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-such-run");
+    let out = agentry(&[
+        "run",
+        "experiments/quickstart.arl",
+        "--quiet",
+        "--resume",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no checkpoint to resume from"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).is_empty());
+}

@@ -482,6 +482,8 @@ fn train(t: &Train) -> TokenStream {
     };
     let temperature = float(t.temperature);
     let top_p = float(t.top_p);
+    let top_k = option(&t.top_k, |k| size(*k));
+    let stop = vec(t.stop.iter().map(|s| string(s)));
     let max_new_tokens = size(t.max_new_tokens);
     let warmup = option(&t.warmup, |w: &Warmup| {
         let (steps, lr) = (uint(w.steps), float(w.lr));
@@ -504,6 +506,8 @@ fn train(t: &Train) -> TokenStream {
             optimizer: #optimizer,
             temperature: #temperature,
             top_p: #top_p,
+            top_k: #top_k,
+            stop: #stop,
             max_new_tokens: #max_new_tokens,
             warmup: #warmup,
             checkpoint_every: #checkpoint_every,
@@ -620,6 +624,27 @@ mod tests {
         let code = expand(&crate::check(SOURCE).unwrap()).to_string();
         assert!(code.contains("low : 0.2_f64 , high : 0.28_f64"), "{code}");
         assert!(code.contains("coef : 0.0001_f64"), "{code}");
+    }
+
+    #[test]
+    fn sampling_keys_are_spelled_out() {
+        let source = SOURCE.replace(
+            "lr = 3e-4 }",
+            r#"lr = 3e-4, top_k = 40, stop = [")", "\n"] }"#,
+        );
+        let code = expand(&crate::check(&source).unwrap())
+            .to_string()
+            .replace(' ', "");
+        assert!(
+            code.contains("top_k:::core::option::Option::Some(40)"),
+            "{code}"
+        );
+        assert!(
+            code.contains(
+                r#"stop:::std::vec::Vec::from([::std::string::String::from(")"),::std::string::String::from("\n")])"#
+            ),
+            "{code}"
+        );
     }
 
     #[test]

@@ -462,6 +462,14 @@ pub struct Train {
     pub temperature: f64,
     /// Nucleus sampling mass, in (0, 1]. Default 1.
     pub top_p: f64,
+    /// Top-k sampling during rollout: only the `k` most likely tokens may be drawn, >= 1.
+    /// Default `None` (the whole vocabulary).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Stop strings: an agent turn also ends once its tokens end with the tokens of one of
+    /// these (non-empty, distinct). Default none: turns end at the end token.
+    #[serde(default)]
+    pub stop: Vec<String>,
     /// Token budget of one agent turn, >= 1. Default 64.
     pub max_new_tokens: usize,
     /// Supervised warm-up on oracle demonstrations before RL; `None` to skip.

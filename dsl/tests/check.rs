@@ -636,3 +636,49 @@ fn every_mistake_of_a_file_is_reported() {
         ]
     );
 }
+
+#[test]
+fn top_k_is_none_by_default_a_positive_integer_or_none() {
+    let spec = check(MINIMAL).unwrap();
+    assert_eq!((spec.train.top_k, spec.train.stop.len()), (None, 0));
+    let spec = check(&with("steps = 100", "steps = 100, top_k = 40")).unwrap();
+    assert_eq!(spec.train.top_k, Some(40));
+    let spec = check(&with("steps = 100", "steps = 100, top_k = none")).unwrap();
+    assert_eq!(spec.train.top_k, None);
+    let source = with("steps = 100", "steps = 100, top_k = 0");
+    let d = error(&source);
+    assert_eq!(d.message, "`top_k` must be at least 1");
+    assert_eq!(text(&source, &d), "0");
+    assert!(d.hint.unwrap().contains("`top_k = none`"));
+    let d = error(&with("steps = 100", "steps = 100, top_k = 0.5"));
+    assert_eq!(
+        d.message,
+        "expected an integer for `top_k`, found the number `0.5`"
+    );
+}
+
+#[test]
+fn stop_is_a_list_of_distinct_non_empty_strings() {
+    let spec = check(&with("steps = 100", r#"steps = 100, stop = [")", "\n\n"]"#)).unwrap();
+    assert_eq!(spec.train.stop, [")", "\n\n"]);
+    let source = with("steps = 100", r#"steps = 100, stop = ")""#);
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "expected a list of strings for `stop`, found a string"
+    );
+    assert_eq!(d.hint.as_deref(), Some(r#"write a list: `stop = [")"]`"#));
+    // Every bad item is reported, each at its own place.
+    let source = with("steps = 100", r#"steps = 100, stop = ["", 3, "x", "x"]"#);
+    let errs = errors(&source);
+    let messages: Vec<&str> = errs.iter().map(|d| d.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "a stop string is empty",
+            "expected a string for `stop`, found the integer `3`",
+            "stop string \"x\" is listed twice"
+        ]
+    );
+    assert_eq!(text(&source, &errs[2]), r#""x""#);
+}

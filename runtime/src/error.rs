@@ -16,9 +16,9 @@ pub enum RunError {
     /// The experiment asks for something this version of the runtime does not implement.
     #[error("{0}")]
     Unsupported(String),
-    /// The experiment's Hugging Face checkpoint could not be loaded.
-    #[error("cannot load the checkpoint: {0}")]
-    Checkpoint(#[from] crate::model::hf::HfError),
+    /// The experiment's Hugging Face model could not be loaded.
+    #[error("cannot load the model: {0}")]
+    Model(#[from] crate::model::hf::HfError),
     /// The requested device is not compiled in or not present.
     #[error("device `{device}` is not available: {reason}")]
     Device {
@@ -38,6 +38,9 @@ pub enum RunError {
     /// The environment controller's worker threads could not be started.
     #[error("cannot start the environment controller: {0}")]
     Controller(std::io::Error),
+    /// A checkpoint could not be written, or cannot be resumed from.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// Training produced a non-finite loss.
     #[error("the loss became {value} at step {step}; lower the learning rate or enable grad_clip")]
     Diverged {

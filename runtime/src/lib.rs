@@ -6,12 +6,14 @@
 //! out groups of episodes with the current policy ([`rollout`]), turn rewards into token
 //! advantages and minimize the clipped policy loss over the agent's tokens only ([`algo`]) —
 //! drawing tasks and turn budgets from the curriculum ([`curriculum`]), and evaluate on held-out
-//! instances. Everything a run records goes to `runs/<experiment>/<run-id>/` ([`metrics`]).
+//! instances. Everything a run records goes to `runs/<experiment>/<run-id>/` ([`metrics`]),
+//! including checkpoints a run resumes from exactly ([`checkpoint`]).
 //!
 //! The runtime is generic over the burn backend; [`device`] is the one place that names
 //! concrete backends. All randomness flows from the experiment's seed through explicit RNGs.
 
 pub mod algo;
+pub mod checkpoint;
 pub mod curriculum;
 pub mod device;
 pub mod error;

@@ -6,12 +6,12 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::RunError;
 
 /// Success and return of one task over some episodes.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskStats {
     /// Episodes counted.
     pub episodes: usize,
@@ -136,6 +136,61 @@ impl RunDir {
             path,
             metrics: BufWriter::new(metrics),
         })
+    }
+
+    /// Reopens the run directory `path` to go on with a run (resuming from a checkpoint):
+    /// `metrics.jsonl` keeps its first `keep` bytes, what the checkpoint had recorded, and new
+    /// lines are appended after them. Lines beyond `keep` (written after the checkpoint, and
+    /// about to be written again) are moved to the end of `metrics-superseded.jsonl` rather than
+    /// lost. Returns the directory and how many bytes were moved.
+    pub fn reopen(path: &Path, keep: u64) -> Result<(Self, u64), RunError> {
+        let metrics_path = path.join("metrics.jsonl");
+        let written = std::fs::read(&metrics_path).map_err(RunError::io(&metrics_path))?;
+        let keep_len = usize::try_from(keep).unwrap_or(usize::MAX);
+        if written.len() < keep_len {
+            return Err(RunError::Io {
+                path: metrics_path,
+                source: std::io::Error::other(format!(
+                    "it holds {} bytes, fewer than the {keep} the checkpoint recorded",
+                    written.len()
+                )),
+            });
+        }
+        let tail = &written[keep_len..];
+        if !tail.is_empty() {
+            let superseded = path.join("metrics-superseded.jsonl");
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&superseded)
+                .map_err(RunError::io(&superseded))?;
+            file.write_all(tail)
+                .and_then(|()| file.sync_all())
+                .map_err(RunError::io(&superseded))?;
+        }
+        let metrics = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&metrics_path)
+            .map_err(RunError::io(&metrics_path))?;
+        metrics.set_len(keep).map_err(RunError::io(&metrics_path))?;
+        let mut metrics = BufWriter::new(metrics);
+        std::io::Seek::seek(&mut metrics, std::io::SeekFrom::End(0))
+            .map_err(RunError::io(&metrics_path))?;
+        Ok((
+            RunDir {
+                path: path.to_path_buf(),
+                metrics,
+            },
+            tail.len() as u64,
+        ))
+    }
+
+    /// Bytes of `metrics.jsonl` written so far (every record is flushed as it is written).
+    pub fn metrics_len(&self) -> Result<u64, RunError> {
+        let path = self.path.join("metrics.jsonl");
+        std::fs::metadata(&path)
+            .map(|m| m.len())
+            .map_err(RunError::io(path))
     }
 
     /// The directory.

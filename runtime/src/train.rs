@@ -4,7 +4,7 @@
 //! order of random draws, and therefore the whole run, is fixed by the experiment's seed.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use agentry_dsl::spec::{self, AdvantageNorm, AlgorithmKind, Device, KlPlacement};
@@ -23,12 +23,13 @@ use crate::algo::{
     PolicyLossInput, normalize_by_key, outcome_advantages, policy_loss, std_dev, weigh_negatives,
     whiten,
 };
+use crate::checkpoint::{Checkpoint, Phase, Snapshot};
 use crate::curriculum::Curriculum;
 use crate::device::{self, OnBackend};
 use crate::error::RunError;
 use crate::experiment::Experiment;
 use crate::metrics::{Progress, Record, RlRecord, RunDir, TaskStats};
-use crate::model::hf::HfCheckpoint;
+use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Policy, PolicyConfig, Sampling};
 use crate::optim::{PolicyOptimizer, clip_global_norm};
 use crate::rollout::{Episode, EpisodeSpec, demonstration, oracle_text, play};
@@ -51,6 +52,9 @@ pub struct RunOptions {
     pub out: PathBuf,
     /// No progress bar (lines are still printed).
     pub quiet: bool,
+    /// Resume from this run directory's latest checkpoint, or from this checkpoint file: the
+    /// run goes on in its own directory, from the step after the checkpoint.
+    pub resume: Option<PathBuf>,
 }
 
 impl Default for RunOptions {
@@ -60,12 +64,13 @@ impl Default for RunOptions {
             steps: None,
             out: PathBuf::from("runs"),
             quiet: false,
+            resume: None,
         }
     }
 }
 
 /// Success per task on the evaluation split.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Evaluation {
     /// Per task.
     pub tasks: BTreeMap<String, TaskStats>,
@@ -135,6 +140,10 @@ fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
 struct Job {
     spec: spec::Experiment,
     tasks: Vec<Box<dyn TaskGenerator>>,
+    /// Each task's generator version, by task name: instances are a function of it.
+    task_versions: BTreeMap<String, String>,
+    /// The checkpoint to resume from, already matched against the experiment.
+    resume: Option<Checkpoint>,
     options: RunOptions,
     device_name: String,
 }
@@ -147,9 +156,27 @@ impl Job {
         }
         unsupported(&spec)?;
         let tasks = crate::tasks::resolve(experiment, &spec)?;
+        let task_versions: BTreeMap<String, String> = spec
+            .tasks
+            .iter()
+            .zip(&tasks)
+            .map(|(task, generator)| (task.name.clone(), generator.version().to_string()))
+            .collect();
+        // A checkpoint is read and matched before any work, so a bad one costs nothing.
+        let resume = match &options.resume {
+            Some(path) => {
+                let checkpoint = Checkpoint::read(&Checkpoint::locate(path)?)?;
+                checkpoint.check_matches(&spec, &task_versions)?;
+                checkpoint.run_dir()?;
+                Some(checkpoint)
+            }
+            None => None,
+        };
         Ok(Job {
             spec,
             tasks,
+            task_versions,
+            resume,
             options: options.clone(),
             device_name: String::new(),
         })
@@ -162,6 +189,15 @@ impl OnBackend for Job {
     fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output {
         Trainer::<B>::new(self, device)?.run()
     }
+}
+
+/// Where a run's policy and tokenizer come from.
+enum Loaded<'a, B: Backend> {
+    /// `arch = transformer { ... }`: initialized from the seed, with a tokenizer trained on
+    /// the tasks' text.
+    Scratch(&'a spec::TransformerArch),
+    /// `arch = qwen2/llama { weights = ... }`: a Hugging Face checkpoint.
+    Checkpoint(Box<HfCheckpoint<B>>),
 }
 
 /// Everything a run mutates.
@@ -182,6 +218,13 @@ struct Trainer<B: AutodiffBackend> {
     device: B::Device,
     run_dir: RunDir,
     options: RunOptions,
+    task_versions: BTreeMap<String, String>,
+    /// Where the run stands: warm-up steps done, or RL steps done.
+    phase: Phase,
+    /// The phase of the latest checkpoint written (or resumed from).
+    saved: Option<Phase>,
+    after_warmup: Option<Evaluation>,
+    skipped: u64,
 }
 
 impl<B: AutodiffBackend> Trainer<B> {
@@ -189,15 +232,28 @@ impl<B: AutodiffBackend> Trainer<B> {
         let Job {
             spec,
             tasks,
+            task_versions,
+            resume,
             options,
             device_name,
         } = job;
         // A Hugging Face checkpoint brings its policy and tokenizer; otherwise both are built.
-        let checkpoint = HfCheckpoint::<B>::for_arch(&spec.model.arch, &device)?;
-        let context = match (&spec.model.arch, &checkpoint) {
-            (spec::Arch::Transformer(arch), _) => arch.context,
-            (_, Some(checkpoint)) => checkpoint.policy.context,
-            (_, None) => unreachable!("`for_arch` loads every checkpoint architecture"),
+        let loaded = match &spec.model.arch {
+            spec::Arch::Transformer(arch) => Loaded::Scratch(arch),
+            spec::Arch::Qwen2 { weights } => Loaded::Checkpoint(Box::new(HfCheckpoint::load(
+                Path::new(weights),
+                ModelType::Qwen2,
+                &device,
+            )?)),
+            spec::Arch::Llama { weights } => Loaded::Checkpoint(Box::new(HfCheckpoint::load(
+                Path::new(weights),
+                ModelType::Llama,
+                &device,
+            )?)),
+        };
+        let context = match &loaded {
+            Loaded::Scratch(arch) => arch.context,
+            Loaded::Checkpoint(checkpoint) => checkpoint.policy.context,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
         let curriculum = Curriculum::new(&spec);
@@ -208,9 +264,11 @@ impl<B: AutodiffBackend> Trainer<B> {
         let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
             .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
             .collect();
-        let tokenizer = match &checkpoint {
-            Some(checkpoint) => checkpoint.tokenizer.clone(),
-            None => {
+        let tokenizer = match (&resume, &loaded) {
+            // The weights were trained with the checkpoint's tokenizer (ours or the model's).
+            (Some(resume), _) => resume.tokenizer().clone(),
+            (None, Loaded::Checkpoint(checkpoint)) => checkpoint.tokenizer.clone(),
+            (None, Loaded::Scratch(_)) => {
                 let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
                 for draw in &demo_draws {
                     let mut env =
@@ -230,25 +288,47 @@ impl<B: AutodiffBackend> Trainer<B> {
             .collect();
 
         B::seed(&device, spec.seed);
-        let policy = match (checkpoint, &spec.model.arch) {
-            (Some(checkpoint), _) => checkpoint.policy,
-            (None, spec::Arch::Transformer(arch)) => {
+        let mut policy = match loaded {
+            Loaded::Checkpoint(checkpoint) => checkpoint.policy,
+            Loaded::Scratch(arch) => {
                 PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device)
             }
-            (None, _) => unreachable!("`for_arch` loads every checkpoint architecture"),
         };
-        let optimizer = PolicyOptimizer::new(&spec.train.optimizer);
-        let run_dir = RunDir::create(&options.out, &spec.name, spec.seed)?;
+        let mut optimizer = PolicyOptimizer::new(&spec.train.optimizer);
+        let fresh_phase = match spec.train.warmup {
+            Some(_) => Phase::Warmup { step: 0 },
+            None => Phase::Rl { step: 0 },
+        };
+        let (mut phase, mut saved, mut after_warmup, mut skipped) = (fresh_phase, None, None, 0);
+        let mut reference = None;
+        let run_dir = match &resume {
+            None => RunDir::create(&options.out, &spec.name, spec.seed)?,
+            Some(checkpoint) => {
+                policy = checkpoint.restore_policy(policy, &device)?;
+                optimizer = checkpoint.restore_optimizer(optimizer, &device)?;
+                reference = checkpoint.restore_reference(policy.valid(), &device)?;
+                rng = checkpoint.rng();
+                phase = checkpoint.phase();
+                saved = Some(phase);
+                after_warmup = checkpoint.after_warmup().cloned();
+                skipped = checkpoint.skipped_steps();
+                let (run_dir, superseded) =
+                    RunDir::reopen(&checkpoint.run_dir()?, checkpoint.metrics_len())?;
+                let mut note = format!("resuming from {} ({phase})", checkpoint.path().display());
+                if superseded > 0 {
+                    note.push_str(&format!(
+                        "; {superseded} bytes of metrics written after it moved to \
+                         metrics-superseded.jsonl"
+                    ));
+                }
+                println!("{note}");
+                run_dir
+            }
+        };
         run_dir.write_json("experiment.json", &spec)?;
         // Instances are a function of each generator's version; recording it makes every
         // episode of the run replayable.
-        let versions: serde_json::Map<String, serde_json::Value> = spec
-            .tasks
-            .iter()
-            .zip(&tasks)
-            .map(|(task, generator)| (task.name.clone(), generator.version().into()))
-            .collect();
-        run_dir.write_json("task_versions.json", &versions)?;
+        run_dir.write_json("task_versions.json", &task_versions)?;
         chat.tokenizer()
             .save(run_dir.path().join("tokenizer.json"))
             .map_err(|e| RunError::Io {
@@ -266,13 +346,18 @@ impl<B: AutodiffBackend> Trainer<B> {
             chat,
             policy,
             optimizer,
-            reference: None,
+            reference,
             demos,
             curriculum,
             rng,
             device,
             run_dir,
             options,
+            task_versions,
+            phase,
+            saved,
+            after_warmup,
+            skipped,
         })
     }
 
@@ -295,29 +380,42 @@ impl<B: AutodiffBackend> Trainer<B> {
                 self.spec.seed
             ));
         }
-        let after_warmup = match self.spec.train.warmup {
-            Some(warmup) => {
-                self.warmup(&warmup)?;
-                let evaluation = self.evaluate(0, "warmup")?;
-                out.println(format!(
-                    "after SFT warm-up: {} success {}",
-                    split_name(self.spec.eval.split),
-                    describe(&evaluation)
-                ));
-                Some(evaluation)
-            }
-            None => None,
-        };
-        if self.spec.algorithm.kl.estimator.is_some() {
+        let mut warmed_up = false;
+        if let (Some(warmup), Phase::Warmup { step: done }) = (self.spec.train.warmup, self.phase) {
+            self.warmup(&warmup, done)?;
+            let evaluation = self.evaluate(0, "warmup")?;
+            out.println(format!(
+                "after SFT warm-up: {} success {}",
+                split_name(self.spec.eval.split),
+                describe(&evaluation)
+            ));
+            self.after_warmup = Some(evaluation);
+            self.phase = Phase::Rl { step: 0 };
+            warmed_up = true;
+        }
+        // The KL reference is the policy as RL starts; a resumed run has it from its checkpoint.
+        if self.spec.algorithm.kl.estimator.is_some() && self.reference.is_none() {
             self.reference = Some(self.policy.valid());
+        }
+        if warmed_up && self.spec.train.checkpoint_every.is_some() {
+            self.checkpoint()?;
         }
 
         let steps = self.spec.train.steps;
+        let Phase::Rl { step: done } = self.phase else {
+            unreachable!("the warm-up ends in the RL phase")
+        };
         out = Progress::new(steps, "rl", self.options.quiet);
-        let mut skipped = 0;
-        for step in 1..=steps {
+        out.update(done, String::new());
+        // A checkpoint is written before the evaluation of its step, so a run resumed there
+        // runs that evaluation (it was cut, or was the final one of a shorter run).
+        if done > 0 && done < steps && self.periodic_eval_due(done) {
+            let evaluation = self.evaluate(done, "periodic")?;
+            out.println(format!("step {done}: success {}", describe(&evaluation)));
+        }
+        for step in done + 1..=steps {
             let record = self.rl_step(step)?;
-            skipped += u64::from(record.skipped);
+            self.skipped += u64::from(record.skipped);
             out.update(
                 step,
                 format!(
@@ -326,25 +424,21 @@ impl<B: AutodiffBackend> Trainer<B> {
                 ),
             );
             self.run_dir.record(&Record::Rl(Box::new(record)))?;
-            if self
-                .spec
-                .eval
-                .every
-                .is_some_and(|every| step % every == 0 && step < steps)
-            {
+            self.phase = Phase::Rl { step };
+            if self.checkpoint_due(step) {
+                self.checkpoint()?;
+            }
+            if step < steps && self.periodic_eval_due(step) {
                 let evaluation = self.evaluate(step, "periodic")?;
                 out.println(format!("step {step}: success {}", describe(&evaluation)));
             }
-            if self
-                .spec
-                .train
-                .checkpoint_every
-                .is_some_and(|every| step % every == 0)
-            {
-                self.save_weights(&format!("policy-step{step}"))?;
-            }
         }
         out.finish();
+        // The last checkpoint is taken before the final evaluation: a longer run resumed from
+        // it goes on as if this one had not ended.
+        if self.saved != Some(self.phase) {
+            self.checkpoint()?;
+        }
         let after_rl = self.evaluate(steps, "final")?;
         out.println(format!(
             "after RL ({steps} steps): {} success {}",
@@ -355,25 +449,26 @@ impl<B: AutodiffBackend> Trainer<B> {
         let summary = RunSummary {
             run_dir: self.run_dir.path().to_path_buf(),
             device: self.device_name.clone(),
-            after_warmup,
+            after_warmup: self.after_warmup.clone(),
             after_rl,
             steps,
-            skipped_steps: skipped,
+            skipped_steps: self.skipped,
         };
         self.run_dir.write_json("summary.json", &summary)?;
         out.println(format!("run directory: {}", summary.run_dir.display()));
         Ok(summary)
     }
 
-    /// Behaviour cloning of the oracle demonstrations.
-    fn warmup(&mut self, warmup: &spec::Warmup) -> Result<(), RunError> {
+    /// Behaviour cloning of the oracle demonstrations, from warm-up step `done + 1`.
+    fn warmup(&mut self, warmup: &spec::Warmup, done: u64) -> Result<(), RunError> {
         if self.demos.is_empty() {
             return Err(RunError::Unsupported(
                 "warm-up needs oracle demonstrations, but no task produced any".to_string(),
             ));
         }
         let progress = Progress::new(warmup.steps, "sft", self.options.quiet);
-        for step in 1..=warmup.steps {
+        progress.update(done, String::new());
+        for step in done + 1..=warmup.steps {
             let batch: Vec<&Transcript> = (0..warmup.batch)
                 .map(|_| &self.demos[self.rng.random_range(0..self.demos.len())])
                 .collect();
@@ -390,6 +485,10 @@ impl<B: AutodiffBackend> Trainer<B> {
                 loss: value,
                 grad_norm,
             })?;
+            self.phase = Phase::Warmup { step };
+            if self.checkpoint_due(step) {
+                self.checkpoint()?;
+            }
         }
         progress.finish();
         Ok(())
@@ -405,11 +504,18 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     fn sampling(&self, greedy: bool) -> Sampling {
+        let train = &self.spec.train;
         Sampling {
-            temperature: self.spec.train.temperature as f32,
-            top_p: self.spec.train.top_p as f32,
-            max_new_tokens: self.spec.train.max_new_tokens,
+            temperature: train.temperature as f32,
+            top_p: train.top_p as f32,
+            top_k: train.top_k,
+            max_new_tokens: train.max_new_tokens,
             stop: vec![self.chat.end_token()],
+            stop_sequences: train
+                .stop
+                .iter()
+                .map(|s| self.chat.tokenizer().encode(s))
+                .collect(),
             greedy,
         }
     }
@@ -666,6 +772,41 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         let path = self.run_dir.path().join(format!("samples-{label}.txt"));
         std::fs::write(&path, text).map_err(RunError::io(path))
+    }
+
+    /// Whether `checkpoint_every` falls on `step` (warm-up and RL steps count separately).
+    fn checkpoint_due(&self, step: u64) -> bool {
+        self.spec
+            .train
+            .checkpoint_every
+            .is_some_and(|every| step.is_multiple_of(every))
+    }
+
+    fn periodic_eval_due(&self, step: u64) -> bool {
+        self.spec
+            .eval
+            .every
+            .is_some_and(|every| step.is_multiple_of(every))
+    }
+
+    /// Writes a checkpoint of where the run stands (see [`crate::checkpoint`]).
+    fn checkpoint(&mut self) -> Result<(), RunError> {
+        Snapshot {
+            spec: &self.spec,
+            task_versions: &self.task_versions,
+            tokenizer: self.chat.tokenizer(),
+            policy: &self.policy,
+            optimizer: &self.optimizer,
+            reference: self.reference.as_ref(),
+            phase: self.phase,
+            rng: &self.rng,
+            after_warmup: self.after_warmup.as_ref(),
+            skipped_steps: self.skipped,
+            metrics_len: self.run_dir.metrics_len()?,
+        }
+        .save(self.run_dir.path())?;
+        self.saved = Some(self.phase);
+        Ok(())
     }
 
     fn save_weights(&self, name: &str) -> Result<(), RunError> {

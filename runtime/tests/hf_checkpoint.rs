@@ -6,9 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agentry_env::{Param, ParamKind, Reset, ToolCall, ToolSchema};
-use agentry_runtime::model::hf::{HfCheckpoint, HfConfig, HfError, load_policy};
+use agentry_runtime::model::hf::{HfCheckpoint, HfConfig, HfError, ModelType, load_policy};
 use agentry_runtime::model::{Policy, Sampling, generate};
-use agentry_runtime::spec::Arch;
 use agentry_runtime::text::{ChatFormat, HfTokenizer, Tokenizer};
 use agentry_runtime::{Interpreted, RunOptions};
 use burn::backend::{Autodiff, Flex};
@@ -94,11 +93,9 @@ fn check_greedy(name: &str) {
     let cases = reference["greedy"].as_array().unwrap();
     let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["prompt"])).collect();
     let sampling = Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
         max_new_tokens: 16,
-        stop: vec![],
         greedy: true,
+        ..Sampling::default()
     };
     // Both prompts in one batch: the shorter is left-padded, which must not change it.
     let out = generate(
@@ -138,6 +135,28 @@ fn rotary_frequencies_match_transformers() {
         for (a, b) in ours.iter().zip(&theirs) {
             assert!((a - b).abs() <= 1e-6 * b.abs(), "{name}: {a} vs {b}");
         }
+    }
+}
+
+/// A run saves (and its checkpoints embed) the model's own `tokenizer.json`, and
+/// `Tokenizer::load` reads it back as the same tokenizer, chat markers included.
+#[test]
+fn a_saved_checkpoint_tokenizer_loads_back_unchanged() {
+    for name in ["qwen2", "llama"] {
+        let path = fixture(name).join("tokenizer.json");
+        let tokenizer = Tokenizer::from_hf(HfTokenizer::load(&path).unwrap()).unwrap();
+        let dir = scratch(name);
+        let saved = dir.join("saved-tokenizer.json");
+        tokenizer.save(&saved).unwrap();
+        let loaded = Tokenizer::load(&saved).unwrap();
+        assert_eq!(loaded, tokenizer, "{name}");
+        assert_eq!(
+            loaded.hf().map(|(_, markers)| markers),
+            tokenizer.hf().map(|(_, markers)| markers),
+            "{name}"
+        );
+        let json = tokenizer.to_json().unwrap();
+        assert_eq!(Tokenizer::from_json(&json, "memory").unwrap(), tokenizer);
     }
 }
 
@@ -273,8 +292,7 @@ fn chat_format_renders_like_the_chat_template() {
 
 #[test]
 fn the_declared_arch_must_match_the_checkpoint() {
-    let dir = fixture("llama").display().to_string();
-    let err = HfCheckpoint::<Flex>::for_arch(&Arch::Qwen2 { weights: dir }, &Default::default())
+    let err = HfCheckpoint::<Flex>::load(&fixture("llama"), ModelType::Qwen2, &Default::default())
         .unwrap_err()
         .to_string();
     assert!(
@@ -286,10 +304,7 @@ fn the_declared_arch_must_match_the_checkpoint() {
     let path = plain.join("tokenizer.json");
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, text.replace("<|im_start|>", "<|xx_start|>")).unwrap();
-    let arch = Arch::Qwen2 {
-        weights: plain.display().to_string(),
-    };
-    let err = HfCheckpoint::<Flex>::for_arch(&arch, &Default::default())
+    let err = HfCheckpoint::<Flex>::load(&plain, ModelType::Qwen2, &Default::default())
         .unwrap_err()
         .to_string();
     assert!(

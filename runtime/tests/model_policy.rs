@@ -200,11 +200,9 @@ fn cached_greedy_generation_matches_recompute() {
     for kv_heads in [4, 2, 1] {
         let p = policy(kv_heads, 2);
         let sampling = Sampling {
-            temperature: 1.0,
-            top_p: 1.0,
             max_new_tokens: 12,
-            stop: vec![],
             greedy: true,
+            ..Sampling::default()
         };
         let prompts = prompts();
         let gens = generate(&p, &prompts, &sampling, &mut ChaCha8Rng::seed_from_u64(0));
@@ -227,11 +225,9 @@ fn cached_greedy_generation_matches_recompute() {
 fn sampled_logprobs_match_recompute_with_stops() {
     let p = policy(2, 3);
     let sampling = Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
         max_new_tokens: 20,
         stop: vec![10, 11, 12, 13, 14],
-        greedy: false,
+        ..Sampling::default()
     };
     let prompts = prompts();
     let gens = generate(&p, &prompts, &sampling, &mut ChaCha8Rng::seed_from_u64(7));
@@ -256,8 +252,7 @@ fn generation_respects_context_and_edge_cases() {
         temperature: 0.7,
         top_p: 0.9,
         max_new_tokens: 100,
-        stop: vec![],
-        greedy: false,
+        ..Sampling::default()
     };
     let long = vec![1u32; 60];
     let full = vec![1u32; 64];
@@ -296,11 +291,9 @@ fn tiny_model_overfits_a_sequence() {
     // The trained weights generate the sequence greedily on the inference backend.
     let inference = p.valid();
     let sampling = Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
         max_new_tokens: seq.len() - 4,
-        stop: vec![],
         greedy: true,
+        ..Sampling::default()
     };
     let g = generate(
         &inference,
@@ -309,71 +302,4 @@ fn tiny_model_overfits_a_sequence() {
         &mut ChaCha8Rng::seed_from_u64(0),
     );
     assert_eq!(g[0].tokens, seq[4..]);
-}
-
-/// Throughput on this machine: `cargo test -p agentry-runtime --release --test model_policy
-/// -- --ignored --nocapture throughput`.
-#[test]
-#[ignore]
-fn throughput() {
-    let device = Default::default();
-    let cfg = PolicyConfig {
-        vocab: 1000,
-        layers: 2,
-        d_model: 64,
-        heads: 4,
-        kv_heads: 4,
-        ffn: 256,
-        context: 512,
-        tie_embeddings: true,
-    };
-    B::seed(&device, 0);
-    let p = cfg.init::<B>(&device);
-    let prompts: Vec<Vec<u32>> = (0..32u32)
-        .map(|i| (0..30u32).map(|j| 6 + (i * 31 + j * 7) % 900).collect())
-        .collect();
-    let sampling = Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
-        max_new_tokens: 24,
-        stop: vec![],
-        greedy: false,
-    };
-    let mut rng = ChaCha8Rng::seed_from_u64(0);
-    generate(&p, &prompts, &sampling, &mut rng);
-    let reps = 5;
-    let start = std::time::Instant::now();
-    for _ in 0..reps {
-        generate(&p, &prompts, &sampling, &mut rng);
-    }
-    let secs = start.elapsed().as_secs_f64() / reps as f64;
-    println!(
-        "generation: batch 32, 30-token prompts, 24 new tokens: {:.1} ms/batch, {:.0} new tokens/s",
-        secs * 1e3,
-        32.0 * 24.0 / secs
-    );
-
-    AD::seed(&device, 0);
-    let mut p: Policy<AD> = cfg.init(&device);
-    let mut optim = AdamWConfig::new().init::<AD, Policy<AD>>();
-    let rows: Vec<Vec<u32>> = (0..32u32)
-        .map(|i| (0..96u32).map(|j| 6 + (i * 13 + j * 5) % 900).collect())
-        .collect();
-    let tokens = batch::<AD>(&rows);
-    let mut step = |p: Policy<AD>| {
-        let (lp, _) = p.token_logprobs(tokens.clone());
-        let grads = GradientsParams::from_grads(lp.mean().neg().backward(), &p);
-        optim.step(1e-3, p, grads)
-    };
-    p = step(p);
-    let start = std::time::Instant::now();
-    for _ in 0..reps {
-        p = step(p);
-    }
-    let secs = start.elapsed().as_secs_f64() / reps as f64;
-    println!(
-        "training: batch 32 x 96 tokens forward+backward+AdamW: {:.1} ms/step, {:.0} tokens/s",
-        secs * 1e3,
-        32.0 * 96.0 / secs
-    );
 }

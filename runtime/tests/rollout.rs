@@ -74,11 +74,9 @@ fn policy(chat: &ChatFormat) -> Policy<Flex> {
 
 fn sampling(chat: &ChatFormat) -> Sampling {
     Sampling {
-        temperature: 1.0,
-        top_p: 1.0,
         max_new_tokens: 8,
         stop: vec![chat.end_token()],
-        greedy: false,
+        ..Sampling::default()
     }
 }
 

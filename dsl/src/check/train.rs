@@ -22,6 +22,8 @@ impl Checker {
             "optimizer",
             "temperature",
             "top_p",
+            "top_k",
+            "stop",
             "max_new_tokens",
             "warmup",
             "checkpoint_every",
@@ -88,6 +90,32 @@ impl Checker {
             Some(v) => self.number_in("top_p", v, Interval::new(0.0, true, 1.0, false)),
             None => Some(1.0),
         };
+        let top_k = match table.get("top_k") {
+            Some(v) if Self::is_none(v) => Some(None),
+            Some(
+                v @ Value {
+                    kind: ValueKind::Int(0),
+                    ..
+                },
+            ) => {
+                self.out_of_range(
+                    "top_k",
+                    v.span,
+                    "at least 1".into(),
+                    Some(
+                        "to sample from the whole vocabulary, write `top_k = none` or leave it out"
+                            .into(),
+                    ),
+                );
+                None
+            }
+            Some(v) => self.size("top_k", v, 1).map(Some),
+            None => Some(None),
+        };
+        let stop = match table.get("stop") {
+            Some(v) => self.stop_strings(v),
+            None => Some(Vec::new()),
+        };
         let max_new_tokens = match table.get("max_new_tokens") {
             Some(v) => self.size("max_new_tokens", v, 1),
             None => Some(64),
@@ -109,10 +137,62 @@ impl Checker {
             optimizer: optimizer?,
             temperature: temperature?,
             top_p: top_p?,
+            top_k: top_k?,
+            stop: stop?,
             max_new_tokens: max_new_tokens?,
             warmup: warmup?,
             checkpoint_every: checkpoint_every?,
         })
+    }
+
+    /// `stop = ["text", ...]`: non-empty, distinct strings.
+    fn stop_strings(&mut self, value: &Value) -> Option<Vec<String>> {
+        let ValueKind::List(items) = &value.kind else {
+            let hint = match &value.kind {
+                ValueKind::Str(s) => Some(format!("write a list: `stop = [{s:?}]`")),
+                _ => None,
+            };
+            self.error(
+                Diagnostic::new(
+                    value.span,
+                    format!(
+                        "expected a list of strings for `stop`, found {}",
+                        value.describe()
+                    ),
+                    "expected a list of strings",
+                )
+                .with_hint_opt(hint),
+            );
+            return None;
+        };
+        let mut stop: Vec<String> = Vec::new();
+        let mut ok = true;
+        for item in items {
+            match &item.kind {
+                ValueKind::Str(s) if s.is_empty() => {
+                    self.error(Diagnostic::new(
+                        item.span,
+                        "a stop string is empty",
+                        "would stop before any token",
+                    ));
+                    ok = false;
+                }
+                ValueKind::Str(s) if stop.contains(s) => {
+                    self.error(Diagnostic::new(
+                        item.span,
+                        format!("stop string {s:?} is listed twice"),
+                        "listed again here",
+                    ));
+                    ok = false;
+                }
+                ValueKind::Str(s) => stop.push(s.clone()),
+                _ => {
+                    self.wrong_type("stop", item, "a string");
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(stop)
     }
 
     /// `adamw`, `adamw { weight_decay, beta1, beta2 }`, `adam { beta1, beta2 }`,

@@ -1,9 +1,13 @@
-//! Batched sampling with a KV cache.
+//! Batched sampling, with a KV cache and without one.
 //!
 //! Prompts of different lengths are left-padded into one batch; a key mask hides the pads and
 //! each row has its own position ids, so a row's tokens get exactly the logits they would get
 //! alone. The prompts are prefilled once, then every unfinished row advances one token per
 //! step, reusing the cached keys and values. Finished rows leave the batch.
+//!
+//! [`generate_uncached`] recomputes the whole sequence at every step instead: the reference
+//! the cache is tested against, and the baseline `bench_policy` measures it against. Both share
+//! the per-token bookkeeping ([`Decoder`]), so they differ only in how the logits are computed.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
@@ -12,40 +16,69 @@ use rand::Rng;
 use super::transformer::{LayerCache, Policy, Positions};
 
 /// How to sample.
+///
+/// The filters apply in the usual order (Hugging Face's and vLLM's): temperature, then top-k,
+/// then top-p over what top-k kept. They only decide which tokens may be drawn; the recorded
+/// log-probability is always the tempered, untruncated one (see [`Generation::logprobs`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sampling {
     /// Softmax temperature (> 0); ignored when `greedy`.
     pub temperature: f32,
     /// Nucleus sampling: sample among the most likely tokens whose probabilities sum to at
-    /// least `top_p`; `1.0` disables it.
+    /// least `top_p` of the mass top-k kept; `1.0` disables it.
     pub top_p: f32,
+    /// Sample among the `k` most likely tokens only (ties broken by the lower id); `None`, or
+    /// a `k` of at least the vocabulary, disables it. `Some(1)` picks what greedy picks.
+    pub top_k: Option<usize>,
     /// Most tokens generated per sequence.
     pub max_new_tokens: usize,
     /// Tokens that end a sequence (kept as its last token).
     pub stop: Vec<u32>,
+    /// Token sequences that end a sequence as soon as the generated tokens end with one (kept
+    /// as its last tokens). Only generated tokens are matched, never the prompt; empty
+    /// sequences are ignored.
+    pub stop_sequences: Vec<Vec<u32>>,
     /// Take the most likely token instead of sampling.
     pub greedy: bool,
+}
+
+impl Default for Sampling {
+    /// Plain sampling at temperature 1 from the whole vocabulary, 64 new tokens, no stops.
+    fn default() -> Self {
+        Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: None,
+            max_new_tokens: 64,
+            stop: Vec::new(),
+            stop_sequences: Vec::new(),
+            greedy: false,
+        }
+    }
 }
 
 /// One sampled continuation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Generation {
-    /// The generated tokens, ending with the stop token when one was hit.
+    /// The generated tokens, ending with the stop token or stop sequence when one was hit.
     pub tokens: Vec<u32>,
     /// For each token, its log-probability under the policy's tempered distribution
     /// (`log_softmax(logits / temperature)`), the behaviour log-probability the loss's ratio is
-    /// taken against. Top-p decides which tokens may be drawn but does not renormalize this
-    /// value, so that a fresh token's ratio is exactly 1. With temperature 1 it equals
+    /// taken against. Top-k and top-p decide which tokens may be drawn but do not renormalize
+    /// this value: the trainer recomputes exactly this quantity
+    /// ([`Policy::scored_logprobs`] at the same temperature), so a fresh token's ratio is 1,
+    /// and a renormalized value could not be recomputed differentiably (the kept set is not a
+    /// smooth function of the weights). With temperature 1 it equals
     /// [`Policy::token_logprobs`]. Greedy decoding records the temperature-1 log-probability.
     pub logprobs: Vec<f32>,
 }
 
-/// Samples one continuation per prompt, all in one batch.
+/// Samples one continuation per prompt, all in one batch, with a KV cache.
 ///
-/// Each sequence stops at a stop token, after `max_new_tokens`, or when prompt plus
-/// generation reach the policy's context. Empty prompts and prompts already at the context get
-/// empty generations. Sampling happens on the CPU from the last position's logits, with `rng`
-/// as the only randomness, so equal seeds give equal generations.
+/// Each sequence stops at a stop token or stop sequence, after `max_new_tokens`, or when prompt
+/// plus generation reach the policy's context. Empty prompts and prompts already at the
+/// context get empty generations. Sampling happens on the CPU from the last position's logits,
+/// with `rng` as the only randomness, so equal seeds give equal generations.
 ///
 /// Use an inference backend (for an autodiff policy, pass `policy.valid()`), or the whole
 /// generation is recorded for backpropagation.
@@ -55,20 +88,15 @@ pub fn generate<B: Backend>(
     sampling: &Sampling,
     rng: &mut impl Rng,
 ) -> Vec<Generation> {
-    let mut out = vec![Generation::default(); prompts.len()];
-    let context = policy.context;
-    // Rows still generating: original index, prompt length.
-    let mut rows: Vec<usize> = (0..prompts.len())
-        .filter(|&i| !prompts[i].is_empty() && prompts[i].len() < context)
-        .collect();
-    if rows.is_empty() || sampling.max_new_tokens == 0 {
-        return out;
+    let mut decoder = Decoder::new(prompts, sampling, policy.context);
+    if decoder.rows.is_empty() {
+        return decoder.out;
     }
     let device = policy.device();
     let heads = policy.heads();
-    let vocab = policy.vocab;
 
     // Prefill: left-pad to the longest prompt.
+    let rows = &decoder.rows;
     let width = rows.iter().map(|&i| prompts[i].len()).max().unwrap_or(0);
     let mut pads: Vec<usize> = rows.iter().map(|&i| width - prompts[i].len()).collect();
     let n = rows.len();
@@ -95,32 +123,14 @@ pub fn generate<B: Backend>(
     let mut cache_len = width;
 
     loop {
-        // Sample one token for every active row.
-        let data: Vec<f32> = logits
-            .into_data()
-            .convert::<f32>()
-            .into_vec::<f32>()
-            .expect("f32 logits");
-        let mut keep = Vec::with_capacity(rows.len());
-        for (r, &i) in rows.iter().enumerate() {
-            let (token, logprob) = sample(&data[r * vocab..(r + 1) * vocab], sampling, rng);
-            let g = &mut out[i];
-            g.tokens.push(token);
-            g.logprobs.push(logprob);
-            let finished = sampling.stop.contains(&token)
-                || g.tokens.len() >= sampling.max_new_tokens
-                || prompts[i].len() + g.tokens.len() >= context;
-            if !finished {
-                keep.push(r);
-            }
-        }
+        let keep = decoder.advance(&host(logits), policy.vocab, rng);
         if keep.is_empty() {
-            return out;
+            return decoder.out;
         }
         // Drop finished rows from the batch and the cache, and cache columns that are padding
         // for every remaining row.
-        if keep.len() < rows.len() {
-            rows = keep.iter().map(|&r| rows[r]).collect();
+        if keep.len() < decoder.rows.len() {
+            decoder.retain(&keep);
             pads = keep.iter().map(|&r| pads[r]).collect();
             let idx = Tensor::<B, 1, Int>::from_data(
                 TensorData::new(keep.iter().map(|&r| r as i64).collect(), [keep.len()]),
@@ -145,14 +155,16 @@ pub fn generate<B: Backend>(
             pads.iter_mut().for_each(|p| *p -= trim);
         }
         // Feed the new tokens.
-        let n = rows.len();
-        let ids: Vec<i64> = rows
+        let n = decoder.rows.len();
+        let ids: Vec<i64> = decoder
+            .rows
             .iter()
-            .map(|&i| *out[i].tokens.last().expect("sampled") as i64)
+            .map(|&i| *decoder.out[i].tokens.last().expect("sampled") as i64)
             .collect();
-        let positions: Vec<usize> = rows
+        let positions: Vec<usize> = decoder
+            .rows
             .iter()
-            .map(|&i| prompts[i].len() + out[i].tokens.len() - 1)
+            .map(|&i| prompts[i].len() + decoder.out[i].tokens.len() - 1)
             .collect();
         let kv_len = cache_len + 1;
         let mask: Vec<bool> = pads
@@ -169,6 +181,130 @@ pub fn generate<B: Backend>(
         logits = last_logits(policy, hidden);
         cache_len = kv_len;
     }
+}
+
+/// Like [`generate`], but without a KV cache: every step runs the whole prompt and everything
+/// generated so far through the policy again (right-padded, so each row's positions start at
+/// 0) and samples from each row's last real position.
+///
+/// Same arguments, same stopping rules, same draws from `rng`: it returns what [`generate`]
+/// returns, up to floating-point rounding. It exists as the reference the cache is tested
+/// against and the baseline the cache is benchmarked against; each step costs a full forward
+/// pass over the sequence, so do not use it to train.
+pub fn generate_uncached<B: Backend>(
+    policy: &Policy<B>,
+    prompts: &[Vec<u32>],
+    sampling: &Sampling,
+    rng: &mut impl Rng,
+) -> Vec<Generation> {
+    let mut decoder = Decoder::new(prompts, sampling, policy.context);
+    let device = policy.device();
+    loop {
+        let rows = &decoder.rows;
+        if rows.is_empty() {
+            return decoder.out;
+        }
+        let lengths: Vec<usize> = rows
+            .iter()
+            .map(|&i| prompts[i].len() + decoder.out[i].tokens.len())
+            .collect();
+        let (n, width) = (rows.len(), lengths.iter().copied().max().unwrap_or(1));
+        let mut ids = Vec::with_capacity(n * width);
+        for (&i, &len) in rows.iter().zip(&lengths) {
+            ids.extend(
+                prompts[i]
+                    .iter()
+                    .chain(&decoder.out[i].tokens)
+                    .map(|&t| t as i64),
+            );
+            ids.extend(std::iter::repeat_n(0i64, width - len));
+        }
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, width]), &device);
+        let hidden = policy.hidden_states(tokens);
+        let d = hidden.dims()[2];
+        let last: Vec<i64> = lengths
+            .iter()
+            .enumerate()
+            .map(|(r, &len)| (r * width + len - 1) as i64)
+            .collect();
+        let last = Tensor::<B, 1, Int>::from_data(TensorData::new(last, [n]), &device);
+        let hidden = hidden
+            .reshape([n * width, d])
+            .select(0, last)
+            .reshape([n, 1, d]);
+        let logits = policy.logits(hidden).reshape([n, policy.vocab]);
+        let keep = decoder.advance(&host(logits), policy.vocab, rng);
+        decoder.retain(&keep);
+    }
+}
+
+/// The per-token bookkeeping of both samplers: which prompts are still generating, what each
+/// has produced, and whether a row is finished.
+struct Decoder<'a> {
+    prompts: &'a [Vec<u32>],
+    sampling: &'a Sampling,
+    context: usize,
+    /// One generation per prompt, in prompt order.
+    out: Vec<Generation>,
+    /// Prompt indices of the rows still generating, in batch order.
+    rows: Vec<usize>,
+}
+
+impl<'a> Decoder<'a> {
+    fn new(prompts: &'a [Vec<u32>], sampling: &'a Sampling, context: usize) -> Self {
+        let rows = if sampling.max_new_tokens == 0 {
+            Vec::new()
+        } else {
+            (0..prompts.len())
+                .filter(|&i| !prompts[i].is_empty() && prompts[i].len() < context)
+                .collect()
+        };
+        Decoder {
+            prompts,
+            sampling,
+            context,
+            out: vec![Generation::default(); prompts.len()],
+            rows,
+        }
+    }
+
+    /// Samples one token for every row from `logits` (`[rows, vocab]`, row-major) and returns
+    /// the batch positions of the rows that go on.
+    fn advance(&mut self, logits: &[f32], vocab: usize, rng: &mut impl Rng) -> Vec<usize> {
+        let mut keep = Vec::with_capacity(self.rows.len());
+        for (r, &i) in self.rows.iter().enumerate() {
+            let (token, logprob) = sample(&logits[r * vocab..(r + 1) * vocab], self.sampling, rng);
+            let g = &mut self.out[i];
+            g.tokens.push(token);
+            g.logprobs.push(logprob);
+            let sampling = self.sampling;
+            let finished = sampling.stop.contains(&token)
+                || sampling
+                    .stop_sequences
+                    .iter()
+                    .any(|s| !s.is_empty() && g.tokens.ends_with(s))
+                || g.tokens.len() >= sampling.max_new_tokens
+                || self.prompts[i].len() + g.tokens.len() >= self.context;
+            if !finished {
+                keep.push(r);
+            }
+        }
+        keep
+    }
+
+    /// Keeps the rows at batch positions `keep`, in that order.
+    fn retain(&mut self, keep: &[usize]) {
+        self.rows = keep.iter().map(|&r| self.rows[r]).collect();
+    }
+}
+
+/// The logits on the host, as `f32`.
+fn host<B: Backend>(logits: Tensor<B, 2>) -> Vec<f32> {
+    logits
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .expect("f32 logits")
 }
 
 /// The LM head on the last position: `[batch, vocab]`.
@@ -208,23 +344,36 @@ fn sample(logits: &[f32], sampling: &Sampling, rng: &mut impl Rng) -> (u32, f32)
     let temperature = (sampling.temperature as f64).max(1e-6);
     let (max, log_z) = normalizer(logits, temperature);
     let logp = |i: usize| (logits[i] as f64 - max) / temperature - log_z;
-    if sampling.top_p < 1.0 {
+    let top_k = sampling.top_k.filter(|&k| k < logits.len());
+    if top_k.is_some() || sampling.top_p < 1.0 {
+        // Candidates from most to least likely, ties by the lower id (greedy's choice first).
+        let most_likely = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
         let mut order: Vec<usize> = (0..logits.len()).collect();
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        if let Some(k) = top_k {
+            order.select_nth_unstable_by(k.max(1) - 1, most_likely);
+            order.truncate(k.max(1));
+        }
+        order.sort_by(most_likely);
+        // Top-p over the distribution renormalized to what top-k kept (the whole distribution
+        // when top-k is off, where that mass is 1 exactly).
+        let kept_mass = match top_k {
+            Some(_) => order.iter().map(|&i| logp(i).exp()).sum(),
+            None => 1.0,
+        };
         let mut mass = 0.0;
         let mut kept = 0;
         for &i in &order {
             mass += logp(i).exp();
             kept += 1;
-            if mass >= sampling.top_p as f64 {
+            if mass >= sampling.top_p as f64 * kept_mass {
                 break;
             }
         }
-        let nucleus = &order[..kept];
+        let candidates = &order[..kept];
         let u = rng.random::<f64>() * mass;
         let mut acc = 0.0;
-        let mut choice = nucleus[kept - 1];
-        for &i in nucleus {
+        let mut choice = candidates[kept - 1];
+        for &i in candidates {
             acc += logp(i).exp();
             if u < acc {
                 choice = i;
@@ -232,7 +381,7 @@ fn sample(logits: &[f32], sampling: &Sampling, rng: &mut impl Rng) -> (u32, f32)
             }
         }
         // The log-probability under the full tempered distribution, which is what the trainer
-        // recomputes; renormalizing over the nucleus would make fresh ratios differ from 1.
+        // recomputes; renormalizing over the candidates would make fresh ratios differ from 1.
         return (choice as u32, logp(choice) as f32);
     }
     // Inverse CDF on unnormalized weights.
@@ -256,12 +405,20 @@ mod tests {
 
     fn cfg(greedy: bool, top_p: f32) -> Sampling {
         Sampling {
-            temperature: 1.0,
             top_p,
             max_new_tokens: 1,
-            stop: vec![],
             greedy,
+            ..Sampling::default()
         }
+    }
+
+    fn counts(logits: &[f32], sampling: &Sampling, draws: usize, seed: u64) -> Vec<usize> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut counts = vec![0; logits.len()];
+        for _ in 0..draws {
+            counts[sample(logits, sampling, &mut rng).0 as usize] += 1;
+        }
+        counts
     }
 
     #[test]
@@ -292,5 +449,65 @@ mod tests {
             .filter(|_| sample(&logits, &cfg(false, 1.0), &mut rng).0 == 1)
             .count();
         assert!((2800..3200).contains(&ones), "{ones}");
+    }
+
+    #[test]
+    fn top_k_draws_only_the_k_most_likely_with_full_logprobs() {
+        let logits = [1.0f32, 3.0, 2.5, -1.0, 2.9];
+        let sampling = Sampling {
+            top_k: Some(2),
+            temperature: 0.8,
+            ..cfg(false, 1.0)
+        };
+        let counts = counts(&logits, &sampling, 4000, 2);
+        assert_eq!((counts[0], counts[2], counts[3]), (0, 0, 0), "{counts:?}");
+        // Renormalized over the two kept tokens: p(1) / p(4) = exp(0.1 / 0.8).
+        let ratio = counts[1] as f64 / counts[4] as f64;
+        assert!((ratio - (0.1f64 / 0.8).exp()).abs() < 0.1, "{ratio}");
+        // The recorded value is the tempered, untruncated log-probability.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let (t, lp) = sample(&logits, &sampling, &mut rng);
+        let (max, log_z) = normalizer(&logits, 0.8);
+        let expected = (logits[t as usize] as f64 - max) / 0.8 - log_z;
+        assert!((f64::from(lp) - expected).abs() < 1e-6);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_ties_go_to_the_lower_id() {
+        let logits = [0.5f32, 2.0, 2.0, 1.0];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+        let greedy = sample(&logits, &cfg(true, 1.0), &mut rng);
+        let one = Sampling {
+            top_k: Some(1),
+            ..cfg(false, 1.0)
+        };
+        for _ in 0..20 {
+            assert_eq!(sample(&logits, &one, &mut rng), greedy);
+        }
+        // A k of at least the vocabulary samples from everything.
+        let all = Sampling {
+            top_k: Some(4),
+            ..cfg(false, 1.0)
+        };
+        assert!(counts(&logits, &all, 2000, 1).iter().all(|&c| c > 0));
+    }
+
+    #[test]
+    fn top_p_applies_to_what_top_k_kept() {
+        // Probabilities 0.4, 0.3, 0.2, 0.1.
+        let logits = [4.0f32.ln(), 3.0f32.ln(), 2.0f32.ln(), 1.0f32.ln()];
+        // Alone, top-p 0.75 needs three tokens (0.4 + 0.3 < 0.75).
+        let nucleus = counts(&logits, &cfg(false, 0.75), 3000, 4);
+        assert!(nucleus[2] > 0 && nucleus[3] == 0, "{nucleus:?}");
+        // After top-k 3 the kept mass is 0.9, and (0.4 + 0.3) / 0.9 >= 0.75: two tokens.
+        let both = Sampling {
+            top_k: Some(3),
+            ..cfg(false, 0.75)
+        };
+        let both = counts(&logits, &both, 3000, 4);
+        assert!(
+            both[0] > 0 && both[1] > 0 && both[2] == 0 && both[3] == 0,
+            "{both:?}"
+        );
     }
 }

@@ -10,5 +10,5 @@ mod generate;
 pub mod hf;
 mod transformer;
 
-pub use generate::{Generation, Sampling, generate};
+pub use generate::{Generation, Sampling, generate, generate_uncached};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope};

@@ -67,13 +67,18 @@ impl HfTokenizer {
     /// Reads a `tokenizer.json`.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TokenizerError> {
         let path = path.as_ref();
-        let name = || path.display().to_string();
         let bytes = std::fs::read(path).map_err(|source| TokenizerError::Io {
-            path: name(),
+            path: path.display().to_string(),
             source,
         })?;
+        Self::from_json(&bytes, &path.display().to_string())
+    }
+
+    /// Parses the contents of a `tokenizer.json`; `origin` names where it came from in errors.
+    pub fn from_json(bytes: &[u8], origin: &str) -> Result<Self, TokenizerError> {
+        let name = || origin.to_string();
         let mut inner =
-            tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| TokenizerError::Invalid {
+            tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| TokenizerError::Invalid {
                 path: name(),
                 reason: format!("not a Hugging Face tokenizer: {e}"),
             })?;
@@ -156,20 +161,11 @@ impl HfTokenizer {
         })
     }
 
-    /// Writes the tokenizer as `tokenizer.json`.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
-        let path = path.as_ref();
-        let json = self
-            .inner
+    /// The tokenizer's `tokenizer.json`.
+    pub fn to_json(&self) -> Result<String, String> {
+        self.inner
             .to_string(false)
-            .map_err(|e| TokenizerError::Invalid {
-                path: path.display().to_string(),
-                reason: format!("cannot serialize: {e}"),
-            })?;
-        std::fs::write(path, json).map_err(|source| TokenizerError::Io {
-            path: path.display().to_string(),
-            source,
-        })
+            .map_err(|e| format!("cannot serialize: {e}"))
     }
 }
 

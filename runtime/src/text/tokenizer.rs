@@ -251,19 +251,12 @@ impl Tokenizer {
         }
     }
 
-    /// Writes the tokenizer as JSON (a checkpoint's as its `tokenizer.json`).
+    /// Writes the tokenizer as JSON: ours, or a checkpoint's `tokenizer.json`.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
         let path = path.as_ref();
-        if let Some((hf, _)) = self.hf() {
-            return hf.save(path);
-        }
-        let file = TokenizerFile {
-            format: FORMAT.to_string(),
-            pieces: self.pieces.clone(),
-        };
-        let json = serde_json::to_string(&file).map_err(|source| TokenizerError::Json {
+        let json = self.to_json().map_err(|reason| TokenizerError::Invalid {
             path: path.display().to_string(),
-            source,
+            reason,
         })?;
         std::fs::write(path, json).map_err(|source| TokenizerError::Io {
             path: path.display().to_string(),
@@ -271,17 +264,48 @@ impl Tokenizer {
         })
     }
 
-    /// Reads a word-level tokenizer written by [`Tokenizer::save`] (a checkpoint's
-    /// `tokenizer.json` is read by [`HfTokenizer::load`], then [`Tokenizer::from_hf`]).
+    /// The JSON [`Tokenizer::save`] writes (checkpoints embed it): a checkpoint's tokenizer as
+    /// Hugging Face's `tokenizer.json`, ours as its pieces.
+    pub fn to_json(&self) -> Result<String, String> {
+        if let Some((hf, _)) = self.hf() {
+            return hf.to_json();
+        }
+        let file = TokenizerFile {
+            format: FORMAT.to_string(),
+            pieces: self.pieces.clone(),
+        };
+        serde_json::to_string(&file).map_err(|e| e.to_string())
+    }
+
+    /// Reads a tokenizer written by [`Tokenizer::save`], or a Hugging Face `tokenizer.json`.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TokenizerError> {
         let path = path.as_ref();
-        let name = || path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| TokenizerError::Io {
-            path: name(),
+            path: path.display().to_string(),
             source,
         })?;
+        Self::from_json(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates the JSON of [`Tokenizer::to_json`]; `origin` names where it came
+    /// from in errors.
+    pub fn from_json(text: &str, origin: &str) -> Result<Self, TokenizerError> {
+        let name = || origin.to_string();
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|source| TokenizerError::Json {
+                path: name(),
+                source,
+            })?;
+        // Ours always names its format; Hugging Face's `tokenizer.json` has no such key.
+        if value.get("format").is_none() {
+            let hf = HfTokenizer::from_json(text.as_bytes(), origin)?;
+            return Self::from_hf(hf).map_err(|reason| TokenizerError::Invalid {
+                path: name(),
+                reason,
+            });
+        }
         let file: TokenizerFile =
-            serde_json::from_str(&text).map_err(|source| TokenizerError::Json {
+            serde_json::from_value(value).map_err(|source| TokenizerError::Json {
                 path: name(),
                 source,
             })?;

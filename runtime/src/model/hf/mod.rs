@@ -19,7 +19,6 @@ mod weights;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use agentry_dsl::spec::Arch;
 use burn::module::Param;
 use burn::nn::{Embedding, Linear, RmsNorm};
 use burn::tensor::backend::Backend;
@@ -73,14 +72,9 @@ pub struct HfCheckpoint<B: Backend> {
 
 impl<B: Backend> HfCheckpoint<B> {
     /// Loads the checkpoint an experiment's `arch = qwen2 { weights = "DIR" }` or
-    /// `llama { ... }` names (relative to the working directory); `None` for
-    /// `arch = transformer`, which is built from scratch.
-    pub fn for_arch(arch: &Arch, device: &B::Device) -> Result<Option<Self>, HfError> {
-        let (dir, declared) = match arch {
-            Arch::Transformer(_) => return Ok(None),
-            Arch::Qwen2 { weights } => (Path::new(weights), ModelType::Qwen2),
-            Arch::Llama { weights } => (Path::new(weights), ModelType::Llama),
-        };
+    /// `llama { ... }` names; `declared` is the architecture the experiment declares, which
+    /// the checkpoint's `config.json` must agree with.
+    pub fn load(dir: &Path, declared: ModelType, device: &B::Device) -> Result<Self, HfError> {
         let config = HfConfig::load(dir)?;
         if config.model_type != declared {
             return Err(HfError::Invalid {
@@ -107,7 +101,7 @@ impl<B: Backend> HfCheckpoint<B> {
                 policy.vocab
             )));
         }
-        Ok(Some(HfCheckpoint { policy, tokenizer }))
+        Ok(HfCheckpoint { policy, tokenizer })
     }
 }
 

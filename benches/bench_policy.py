@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""PyTorch twin of the training half of `examples/bench_policy.rs`.
+
+The same policy transformer as Agentry's (pre-norm blocks: RMSNorm, causal multi-head attention
+with rotate-half rotary embeddings, SwiGLU; final RMSNorm; LM head tied to the embedding; no
+biases), the same batch of random tokens, and the same step: next-token cross-entropy, backward,
+global gradient-norm clipping at 1, AdamW (lr 1e-3, weight decay 0.01, betas 0.9/0.999). It
+prints `tokens_per_second=N` for `bench_policy --torch` to compare against.
+
+    python3 benches/bench_policy.py [--quick] [--batch 16 --seq 256 ...]
+
+Without PyTorch it prints a skip message and exits 0: nothing in CI needs it.
+"""
+
+import argparse
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError:
+    print("skip: PyTorch is not installed (pip install torch); nothing measured")
+    sys.exit(0)
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, heads: int, ffn: int):
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = nn.RMSNorm(d_model, eps=1e-5)
+        self.q = nn.Linear(d_model, d_model, bias=False)
+        self.k = nn.Linear(d_model, d_model, bias=False)
+        self.v = nn.Linear(d_model, d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+        self.ffn_norm = nn.RMSNorm(d_model, eps=1e-5)
+        self.gate = nn.Linear(d_model, ffn, bias=False)
+        self.up = nn.Linear(d_model, ffn, bias=False)
+        self.down = nn.Linear(ffn, d_model, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, d = x.shape
+        hd = d // self.heads
+        h = self.attn_norm(x)
+        q = self.q(h).view(b, t, self.heads, hd)
+        k = self.k(h).view(b, t, self.heads, hd)
+        v = self.v(h).view(b, t, self.heads, hd)
+        q = rotate(q, cos, sin).transpose(1, 2)
+        k = rotate(k, cos, sin).transpose(1, 2)
+        v = v.transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
+        h = self.ffn_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def rotate(x, cos, sin):
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Policy(nn.Module):
+    def __init__(self, vocab: int, layers: int, d_model: int, heads: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, heads, 4 * d_model) for _ in range(layers))
+        self.norm = nn.RMSNorm(d_model, eps=1e-5)
+        self.heads = heads
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, tokens):
+        b, t = tokens.shape
+        d = self.embed.embedding_dim
+        hd = d // self.heads
+        inv = 10_000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+        angles = torch.arange(t, dtype=torch.float64)[:, None] * inv[None, :]
+        angles = torch.cat([angles, angles], dim=-1).float()[None, :, None, :]
+        cos, sin = angles.cos(), angles.sin()
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.norm(x) @ self.embed.weight.T
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--vocab", type=int, default=2048)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's own)")
+    args = parser.parse_args()
+    if args.quick:
+        args.batch, args.seq, args.vocab, args.layers = 2, 32, 256, 2
+        args.d_model, args.heads, args.steps = 32, 2, 1
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = Policy(args.vocab, args.layers, args.d_model, args.heads)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-5, weight_decay=0.01
+    )
+    tokens = torch.randint(8, args.vocab, (args.batch, args.seq + 1))
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+
+    def step():
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        return loss.item()
+
+    step()
+    started = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    seconds = (time.perf_counter() - started) / args.steps
+    tokens_per_second = args.batch * args.seq / seconds
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads: "
+        f"{seconds * 1e3:.1f} ms/step, {tokens_per_second:.0f} tokens/s"
+    )
+    print(f"tokens_per_second={tokens_per_second:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,561 @@
+//! Checkpoints and resume: a run stopped and resumed ends exactly where the same run going
+//! straight ends (flex is bit-deterministic), and a truncated, corrupt or foreign checkpoint is
+//! an error that says so, never a panic.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+use agentry_runtime::checkpoint::{Checkpoint, CheckpointError};
+use agentry_runtime::model::hf::load_policy;
+use agentry_runtime::model::{Policy, PolicyConfig};
+use agentry_runtime::text::Tokenizer;
+use agentry_runtime::{Interpreted, RunError, RunOptions, RunSummary};
+use burn::backend::{Autodiff, Flex};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::tensor::Tensor;
+use rand::Rng;
+
+/// A tiny run with every kind of state: a warm-up (SFT phase), a KL reference, an SFT term,
+/// AdamW moments, periodic evaluations and checkpoints.
+///
+/// A model this small solves nothing, so every task reward is 0 and GRPO would skip every RL
+/// update; the KL penalty on the reward (`as = reward`) makes the returns differ, so every RL
+/// step updates the policy (with its SFT term) and the reference matters.
+const TINY: &str = r#"
+experiment tiny_resume {
+    seed = 5
+    device = flex
+    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 } }
+    task kg { env = kg, max_turns = 2, difficulty = 1 }
+    algorithm grpo { group_size = 2, kl = k1(0.1, as = reward), entropy = 0.001, sft = constant(0.1) }
+    train {
+        steps = 4, batch = 4, lr = 1e-3, max_new_tokens = 8, top_k = 20
+        warmup = sft { steps = 3, demonstrations = 8, batch = 2 }
+        checkpoint_every = 2
+    }
+    eval { every = 2, episodes = 2 }
+}
+"#;
+
+/// burn seeds weight initialization through a per-backend global RNG, so runs in one process
+/// must not overlap.
+static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("checkpoint-resume")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn experiment(source: &str) -> Interpreted {
+    Interpreted(agentry_dsl::check(source).expect("the test experiment checks"))
+}
+
+fn run(
+    source: &str,
+    out: &Path,
+    steps: u64,
+    resume: Option<&Path>,
+) -> Result<RunSummary, RunError> {
+    let options = RunOptions {
+        out: out.to_path_buf(),
+        steps: Some(steps),
+        quiet: true,
+        resume: resume.map(Path::to_path_buf),
+        ..RunOptions::default()
+    };
+    agentry_runtime::train::run_on::<Autodiff<Flex>>(
+        &experiment(source),
+        &options,
+        Default::default(),
+    )
+}
+
+/// The metrics lines with wall-clock fields removed (everything else must match exactly).
+fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(object) = value.as_object_mut() {
+                object.remove("rollout_seconds");
+                object.remove("update_seconds");
+            }
+            value
+        })
+        .collect()
+}
+
+fn phases(lines: &[serde_json::Value]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| format!("{}{}", l["phase"].as_str().unwrap(), l["step"]))
+        .collect()
+}
+
+/// The bits of every float parameter, in module order.
+fn parameters(policy: &Policy<Flex>) -> Vec<Vec<u32>> {
+    struct Bits(Vec<Vec<u32>>);
+    impl ModuleVisitor<Flex> for Bits {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Flex, D>>) {
+            let values = param.val().into_data().into_vec::<f32>().unwrap();
+            self.0.push(values.into_iter().map(f32::to_bits).collect());
+        }
+    }
+    let mut bits = Bits(Vec::new());
+    policy.visit(&mut bits);
+    bits.0
+}
+
+/// The shape of the tiny policy, with the run's tokenizer.
+fn config(run_dir: &Path) -> PolicyConfig {
+    let tokenizer = Tokenizer::load(run_dir.join("tokenizer.json")).unwrap();
+    PolicyConfig {
+        vocab: tokenizer.vocab_size(),
+        layers: 1,
+        d_model: 16,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 32,
+        context: 128,
+        tie_embeddings: true,
+    }
+}
+
+/// Two runs ended in the same state: the same final weights, bit for bit, and final
+/// checkpoints equal in everything but burn's parameter ids (random per run) and the byte
+/// length of `metrics.jsonl` (its wall-clock fields differ), the weights and the KL reference
+/// compared bit for bit.
+fn same_final_state(a: &Path, b: &Path, checkpoint: &str) {
+    let device = Default::default();
+    let config = config(a);
+    assert_eq!(config, self::config(b));
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let load = |dir: &Path| {
+        let policy = config
+            .init::<Flex>(&device)
+            .load_file(dir.join("policy.mpk"), &recorder, &device)
+            .unwrap();
+        parameters(&policy)
+    };
+    assert!(load(a) == load(b), "final weights differ");
+    let (ca, cb) = (
+        Checkpoint::read(&a.join("checkpoints").join(checkpoint)).unwrap(),
+        Checkpoint::read(&b.join("checkpoints").join(checkpoint)).unwrap(),
+    );
+    assert_eq!(ca.phase(), cb.phase());
+    assert_eq!(ca.tokenizer(), cb.tokenizer());
+    assert_eq!(ca.after_warmup(), cb.after_warmup());
+    assert_eq!(ca.skipped_steps(), cb.skipped_steps());
+    let draws = |c: &Checkpoint| -> Vec<u64> {
+        let mut rng = c.rng();
+        (0..8).map(|_| rng.random()).collect()
+    };
+    assert_eq!(draws(&ca), draws(&cb), "RNG state");
+    let weights = |c: &Checkpoint| {
+        let fresh = config.init::<Flex>(&device);
+        parameters(&c.restore_policy(fresh, &device).unwrap())
+    };
+    assert!(weights(&ca) == weights(&cb), "checkpointed weights differ");
+    let reference = |c: &Checkpoint| {
+        let fresh = config.init::<Flex>(&device);
+        parameters(
+            &c.restore_reference(fresh, &device)
+                .unwrap()
+                .expect("a KL reference"),
+        )
+    };
+    assert!(reference(&ca) == reference(&cb), "KL references differ");
+}
+
+fn read(path: PathBuf) -> Vec<u8> {
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn a_stopped_and_resumed_run_ends_as_the_straight_run() {
+    let _guard = serial();
+    let straight = run(TINY, &scratch("straight"), 4, None).unwrap();
+    let expected = metrics(&straight.run_dir);
+    assert_eq!(
+        phases(&expected),
+        [
+            "sft1", "sft2", "sft3", "eval0", "rl1", "rl2", "eval2", "rl3", "rl4", "eval4"
+        ]
+    );
+    let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
+    assert!(
+        rl.iter()
+            .all(|l| l["skipped"] == false && l["grad_norm"].as_f64() > Some(0.0)),
+        "every RL step updates the policy: {rl:?}"
+    );
+    let names: Vec<String> = std::fs::read_dir(straight.run_dir.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for name in [
+        "sft-000002.ckpt",
+        "rl-000000.ckpt",
+        "rl-000002.ckpt",
+        "rl-000004.ckpt",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+
+    // Stop after two RL steps (a complete shorter run), then resume to four.
+    let out = scratch("split");
+    let first = run(TINY, &out, 2, None).unwrap();
+    let resumed = run(TINY, &out, 4, Some(&first.run_dir)).unwrap();
+    assert_eq!(
+        resumed.run_dir, first.run_dir,
+        "the run goes on in its own directory"
+    );
+    assert_eq!(metrics(&resumed.run_dir), expected);
+    same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
+    assert_eq!(resumed.after_warmup, straight.after_warmup);
+    assert_eq!(resumed.after_rl, straight.after_rl);
+    // The shorter run's final evaluation is kept aside, not lost.
+    let superseded =
+        std::fs::read_to_string(first.run_dir.join("metrics-superseded.jsonl")).unwrap();
+    assert_eq!(superseded.lines().count(), 1);
+    assert!(superseded.contains(r#""label":"final""#), "{superseded}");
+}
+
+#[test]
+fn a_run_resumes_from_a_warmup_checkpoint() {
+    let _guard = serial();
+    let source = TINY.replace("steps = 4, batch", "steps = 2, batch");
+    let straight = run(&source, &scratch("warmup-straight"), 2, None).unwrap();
+    // Resume the finished run from its mid-warm-up checkpoint: everything after it is redone.
+    let out = scratch("warmup-split");
+    let first = run(&source, &out, 2, None).unwrap();
+    let checkpoint = first.run_dir.join("checkpoints").join("sft-000002.ckpt");
+    let resumed = run(&source, &out, 2, Some(&checkpoint)).unwrap();
+    assert_eq!(metrics(&resumed.run_dir), metrics(&straight.run_dir));
+    same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000002.ckpt");
+    let superseded =
+        std::fs::read_to_string(first.run_dir.join("metrics-superseded.jsonl")).unwrap();
+    // sft3, eval0, rl1, rl2 and the final evaluation were written again.
+    assert_eq!(superseded.lines().count(), 5, "{superseded}");
+    // `--steps` may change on resume, but not to before the checkpoint.
+    drop(_guard);
+    let message = resume_error(&source, 1, &straight.run_dir);
+    assert!(
+        message.contains("it is at RL step 2, past this run's 1 steps; pass `--steps 2`"),
+        "{message}"
+    );
+}
+
+/// A run from a Hugging Face checkpoint resumes exactly too: the checkpoint embeds the model's
+/// own `tokenizer.json`, and the policy is rebuilt from the model files before its weights are
+/// replaced. The model files changing under the run is an error, not a silent mix.
+#[test]
+fn a_run_from_a_hugging_face_checkpoint_resumes_exactly() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/qwen2");
+    let model = scratch("hf-model");
+    for entry in std::fs::read_dir(&fixture).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), model.join(entry.file_name())).unwrap();
+    }
+    let source = TINY
+        .replace(
+            "arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 }",
+            &format!("arch = qwen2 {{ weights = \"{}\" }}", model.display()),
+        )
+        .replace("steps = 4, batch", "steps = 2, batch");
+    let straight = {
+        let _guard = serial();
+        run(&source, &scratch("hf-straight"), 2, None).unwrap()
+    };
+    let out = scratch("hf-split");
+    let resumed = {
+        let _guard = serial();
+        let first = run(&source, &out, 1, None).unwrap();
+        let resumed = run(&source, &out, 2, Some(&first.run_dir)).unwrap();
+        assert_eq!(resumed.run_dir, first.run_dir);
+        resumed
+    };
+    assert_eq!(metrics(&resumed.run_dir), metrics(&straight.run_dir));
+    let (a, b) = (
+        Checkpoint::read(&resumed.run_dir.join("checkpoints/rl-000002.ckpt")).unwrap(),
+        Checkpoint::read(&straight.run_dir.join("checkpoints/rl-000002.ckpt")).unwrap(),
+    );
+    assert!(
+        a.tokenizer().hf().is_some(),
+        "the model's tokenizer is kept"
+    );
+    assert_eq!(a.tokenizer(), b.tokenizer());
+    let device = Default::default();
+    let weights = |c: &Checkpoint| {
+        let (_, fresh) = load_policy::<Flex>(&model, &device).unwrap();
+        parameters(&c.restore_policy(fresh, &device).unwrap())
+    };
+    assert!(weights(&a) == weights(&b), "checkpointed weights differ");
+
+    // A policy of another shape (as when the model files change under the path) is refused.
+    let other = PolicyConfig {
+        vocab: 64,
+        layers: 1,
+        d_model: 16,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 32,
+        context: 64,
+        tie_embeddings: true,
+    }
+    .init::<Flex>(&device);
+    let message = a.restore_policy(other, &device).unwrap_err().to_string();
+    assert!(
+        message.contains("the architecture differs (parameter 0 is")
+            && message.contains("did the model files the experiment loads change?"),
+        "{message}"
+    );
+}
+
+/// One finished run whose checkpoints the error tests take apart.
+fn finished_run() -> &'static PathBuf {
+    static RUN: OnceLock<PathBuf> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let _guard = serial();
+        let source = TINY.replace("steps = 4, batch", "steps = 1, batch");
+        run(&source, &scratch("finished"), 1, None).unwrap().run_dir
+    })
+}
+
+/// A copy of the finished run, to damage.
+fn copy_of_finished(name: &str) -> PathBuf {
+    let from = finished_run();
+    let to = scratch(name).join("run");
+    std::fs::create_dir_all(to.join("checkpoints")).unwrap();
+    for file in ["metrics.jsonl", "checkpoints/rl-000001.ckpt"] {
+        std::fs::copy(from.join(file), to.join(file)).unwrap();
+    }
+    to
+}
+
+fn resume_error(source: &str, steps: u64, path: &Path) -> String {
+    let _guard = serial();
+    let out = path.parent().unwrap().join("out");
+    match run(source, &out, steps, Some(path)) {
+        Ok(_) => panic!("resuming from {} should fail", path.display()),
+        Err(e @ RunError::Checkpoint(_)) => e.to_string(),
+        Err(other) => panic!("not a checkpoint error: {other}"),
+    }
+}
+
+fn one_step() -> String {
+    TINY.replace("steps = 4, batch", "steps = 1, batch")
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The sections of a checkpoint file: header, weights, optimizer, reference.
+fn sections(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut at = 12;
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+        out.push(bytes[at + 8..at + 8 + len].to_vec());
+        at += 8 + len;
+    }
+    out
+}
+
+/// A well-formed file (valid checksum) around the given sections.
+fn assemble(sections: &[Vec<u8>]) -> Vec<u8> {
+    let mut bytes = b"AGNTCKPT".to_vec();
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    for s in sections {
+        bytes.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(s);
+    }
+    let checksum = fnv1a(&bytes);
+    bytes.extend_from_slice(&checksum.to_le_bytes());
+    bytes
+}
+
+#[test]
+fn truncated_checkpoints_are_rejected_at_every_length() {
+    let run_dir = copy_of_finished("truncated");
+    let file = run_dir.join("checkpoints/rl-000001.ckpt");
+    let whole = read(file.clone());
+    let mut cuts = vec![
+        0,
+        4,
+        8,
+        13,
+        20,
+        100,
+        whole.len() / 2,
+        whole.len() - 9,
+        whole.len() - 1,
+    ];
+    cuts.extend((1..40).map(|i| i * whole.len() / 40));
+    for cut in cuts {
+        std::fs::write(&file, &whole[..cut]).unwrap();
+        let message = match Checkpoint::read(&file) {
+            Err(CheckpointError::Corrupt { reason, .. }) => reason,
+            Err(other) => panic!("cut at {cut}: {other}"),
+            Ok(_) => panic!("cut at {cut} was accepted"),
+        };
+        assert!(
+            message.contains("truncated") || message.contains("not an Agentry checkpoint"),
+            "cut at {cut}: {message}"
+        );
+    }
+    std::fs::write(&file, &whole[..whole.len() / 2]).unwrap();
+    let message = resume_error(&one_step(), 1, &run_dir);
+    assert!(
+        message.contains("rl-000001.ckpt") && message.contains("truncated"),
+        "{message}"
+    );
+}
+
+#[test]
+fn corrupt_checkpoints_are_rejected() {
+    let run_dir = copy_of_finished("corrupt");
+    let file = run_dir.join("checkpoints/rl-000001.ckpt");
+    let whole = read(file.clone());
+    let expect = |bytes: &[u8], needle: &str| {
+        std::fs::write(&file, bytes).unwrap();
+        match Checkpoint::read(&file) {
+            Err(e @ CheckpointError::Corrupt { .. }) => {
+                let message = e.to_string();
+                assert!(message.contains(needle), "{message}");
+            }
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("accepted a checkpoint that should contain `{needle}`"),
+        }
+    };
+    // A flipped bit anywhere after the preamble fails the checksum.
+    for at in [
+        25,
+        whole.len() / 3,
+        whole.len() / 2,
+        whole.len() - 20,
+        whole.len() - 3,
+    ] {
+        let mut bytes = whole.clone();
+        bytes[at] ^= 0x10;
+        expect(&bytes, "checksum mismatch");
+    }
+    let mut bytes = whole.clone();
+    bytes[0] = b'X';
+    expect(&bytes, "not an Agentry checkpoint");
+    let mut bytes = whole.clone();
+    bytes[8] = 9;
+    expect(&bytes, "format version 9");
+    let mut bytes = whole.clone();
+    bytes.extend_from_slice(b"junk");
+    expect(&bytes, "unexpected bytes after the checksum");
+    // A length field claiming more than the file holds.
+    let mut bytes = whole.clone();
+    bytes[12..20].copy_from_slice(&u64::MAX.to_le_bytes());
+    expect(&bytes, "truncated");
+    expect(b"{\"not\": \"a checkpoint\"}", "not an Agentry checkpoint");
+
+    // Intact files (valid checksum) whose content is damaged still fail cleanly.
+    let parts = sections(&whole);
+    let mut bad_header = parts.clone();
+    bad_header[0] = b"{ not json".to_vec();
+    expect(&assemble(&bad_header), "unreadable header");
+    let mut bad_tokenizer = parts.clone();
+    let mut header: serde_json::Value = serde_json::from_slice(&parts[0]).unwrap();
+    header["tokenizer"] = serde_json::Value::String(r#"{"format": "other", "pieces": []}"#.into());
+    bad_tokenizer[0] = serde_json::to_vec(&header).unwrap();
+    expect(&assemble(&bad_tokenizer), "unknown format");
+    let garbage: Vec<u8> = (0..4000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for section in [1, 2] {
+        for content in [
+            Vec::new(),
+            garbage.clone(),
+            parts[section][..parts[section].len() / 2].to_vec(),
+        ] {
+            let mut damaged = parts.clone();
+            damaged[section] = content;
+            std::fs::write(&file, assemble(&damaged)).unwrap();
+            // Reading succeeds (the frame is intact); restoring the tensors reports the damage.
+            let message = resume_error(&one_step(), 1, &run_dir);
+            let what = if section == 1 { "weights" } else { "optimizer" };
+            assert!(
+                message.contains(what) && message.contains("unusable"),
+                "{message}"
+            );
+        }
+    }
+    // Weights of another shape, behind a header that claims this architecture.
+    let _guard = serial();
+    let wider = one_step().replace("d_model = 16", "d_model = 32");
+    let other = run(&wider, &scratch("corrupt-wider"), 1, None).unwrap();
+    drop(_guard);
+    let other_parts = sections(&read(other.run_dir.join("checkpoints/rl-000001.ckpt")));
+    let mut swapped = parts.clone();
+    swapped[1] = other_parts[1].clone();
+    std::fs::write(&file, assemble(&swapped)).unwrap();
+    let message = resume_error(&one_step(), 1, &run_dir);
+    assert!(message.contains("tensor shapes"), "{message}");
+}
+
+#[test]
+fn checkpoints_of_another_experiment_or_architecture_are_rejected() {
+    let run_dir = finished_run().clone();
+    let renamed = one_step().replace("tiny_resume", "someone_else");
+    let message = resume_error(&renamed, 1, &run_dir);
+    assert!(
+        message.contains("does not match this run")
+            && message.contains("written by experiment `tiny_resume`, not `someone_else`"),
+        "{message}"
+    );
+    let wider = one_step().replace("d_model = 16", "d_model = 32");
+    let message = resume_error(&wider, 1, &run_dir);
+    assert!(
+        message.contains("`model.arch.transformer.d_model` was 16 and is now 32"),
+        "{message}"
+    );
+    let faster = one_step().replace("lr = 1e-3", "lr = 2e-3");
+    let message = resume_error(&faster, 1, &run_dir);
+    assert!(
+        message.contains("`train.lr` was 0.001 and is now 0.002"),
+        "{message}"
+    );
+}
+
+#[test]
+fn missing_checkpoints_are_reported() {
+    let dir = scratch("missing");
+    let message = resume_error(&one_step(), 1, &dir.join("no-such-run"));
+    assert!(message.contains("no such file or directory"), "{message}");
+    let empty = dir.join("empty-run");
+    std::fs::create_dir_all(&empty).unwrap();
+    let message = resume_error(&one_step(), 1, &empty);
+    assert!(message.contains("no `checkpoints` folder"), "{message}");
+    std::fs::create_dir_all(empty.join("checkpoints")).unwrap();
+    std::fs::write(empty.join("checkpoints/.rl-000001.ckpt.tmp"), b"partial").unwrap();
+    let message = resume_error(&one_step(), 1, &empty);
+    assert!(message.contains("holds no checkpoint file"), "{message}");
+    // A checkpoint outside a run directory has nowhere to go on.
+    let stray = dir.join("stray.ckpt");
+    std::fs::copy(finished_run().join("checkpoints/rl-000001.ckpt"), &stray).unwrap();
+    let message = resume_error(&one_step(), 1, &stray);
+    assert!(
+        message.contains("resumes in its own directory"),
+        "{message}"
+    );
+}

@@ -1,0 +1,287 @@
+//! Sampling options against references: top-k 1 is greedy, stop sequences end a generation
+//! exactly where they occur, rows of different lengths share a batch, the KV cache matches
+//! recomputation without it, and recorded log-probabilities match what training recomputes.
+
+use agentry_runtime::model::{
+    Generation, Policy, PolicyConfig, Sampling, generate, generate_uncached,
+};
+use burn::backend::Flex;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+type B = Flex;
+
+const VOCAB: usize = 64;
+
+fn policy(kv_heads: usize, seed: u64) -> Policy<B> {
+    let device = Default::default();
+    B::seed(&device, seed);
+    PolicyConfig {
+        vocab: VOCAB,
+        layers: 2,
+        d_model: 32,
+        heads: 4,
+        kv_heads,
+        ffn: 64,
+        context: 96,
+        tie_embeddings: kv_heads != 2,
+    }
+    .init::<B>(&device)
+}
+
+/// Prompts of lengths 11, 2, 6, 1 and 30.
+fn prompts() -> Vec<Vec<u32>> {
+    vec![
+        vec![1, 7, 9, 3, 22, 4, 5, 6, 30, 31, 2],
+        vec![1, 8],
+        vec![1, 40, 41, 42, 43, 44],
+        vec![3],
+        (0..30).map(|i| 6 + (i * 7) % 50).collect(),
+    ]
+}
+
+fn run(p: &Policy<B>, sampling: &Sampling, seed: u64) -> Vec<Generation> {
+    generate(
+        p,
+        &prompts(),
+        sampling,
+        &mut ChaCha8Rng::seed_from_u64(seed),
+    )
+}
+
+fn assert_close(a: &[f32], b: &[f32], tolerance: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (k, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= tolerance, "{what}, token {k}: {x} vs {y}");
+    }
+}
+
+#[test]
+fn top_k_one_is_greedy() {
+    let p = policy(2, 11);
+    let greedy = Sampling {
+        max_new_tokens: 16,
+        greedy: true,
+        ..Sampling::default()
+    };
+    let top1 = Sampling {
+        top_k: Some(1),
+        ..Sampling {
+            greedy: false,
+            ..greedy.clone()
+        }
+    };
+    // At temperature 1 the recorded log-probabilities agree too (greedy records
+    // temperature-1 values).
+    assert_eq!(run(&p, &top1, 5), run(&p, &greedy, 0));
+    // At any temperature the tokens agree.
+    let cold = Sampling {
+        temperature: 0.6,
+        top_p: 0.5,
+        ..top1
+    };
+    let tokens =
+        |gens: Vec<Generation>| -> Vec<Vec<u32>> { gens.into_iter().map(|g| g.tokens).collect() };
+    assert_eq!(tokens(run(&p, &cold, 9)), tokens(run(&p, &greedy, 0)));
+}
+
+/// Where a generation without stop sequences would end with them: at the first point its
+/// generated tokens end with one of `stops`.
+fn cut_at_first_stop(tokens: &[u32], stops: &[Vec<u32>]) -> Vec<u32> {
+    let end = (1..=tokens.len())
+        .find(|&e| stops.iter().any(|s| tokens[..e].ends_with(s)))
+        .unwrap_or(tokens.len());
+    tokens[..end].to_vec()
+}
+
+#[test]
+fn stop_sequences_end_generation_exactly_at_the_sequence() {
+    let p = policy(4, 12);
+    let free = Sampling {
+        max_new_tokens: 24,
+        greedy: true,
+        ..Sampling::default()
+    };
+    let unstopped = run(&p, &free, 0);
+    // A two-token sequence from the middle of row 0's generation, a three-token one from
+    // row 2's, and one spanning row 1's prompt and its first token, which must not match:
+    // stop sequences are matched against generated tokens only.
+    let t0 = &unstopped[0].tokens;
+    let t2 = &unstopped[2].tokens;
+    let spanning = vec![*prompts()[1].last().unwrap(), unstopped[1].tokens[0]];
+    let stops = vec![t0[6..8].to_vec(), t2[9..12].to_vec(), spanning];
+    let stopped = run(
+        &p,
+        &Sampling {
+            stop_sequences: stops.clone(),
+            ..free.clone()
+        },
+        0,
+    );
+    for (row, (before, after)) in unstopped.iter().zip(&stopped).enumerate() {
+        let expected = cut_at_first_stop(&before.tokens, &stops);
+        assert_eq!(after.tokens, expected, "row {row}");
+        assert_close(
+            &after.logprobs,
+            &before.logprobs[..expected.len()],
+            // Rows leave the batch at other times, so the sums run in other shapes.
+            1e-5,
+            "same prefix, same log-probabilities",
+        );
+    }
+    for (row, end) in [(0, 8), (2, 12)] {
+        let t = &stopped[row].tokens;
+        assert!(
+            t.len() <= end && stops.iter().any(|s| t.ends_with(s)),
+            "{t:?}"
+        );
+    }
+    // An empty stop sequence is ignored rather than ending every generation at once.
+    let empty = run(
+        &p,
+        &Sampling {
+            stop_sequences: vec![vec![]],
+            ..free
+        },
+        0,
+    );
+    assert_eq!(empty, unstopped);
+}
+
+#[test]
+fn stop_tokens_and_sequences_combine_with_sampling() {
+    let p = policy(2, 13);
+    let sampling = Sampling {
+        temperature: 0.9,
+        top_k: Some(8),
+        top_p: 0.95,
+        max_new_tokens: 40,
+        stop: vec![5],
+        stop_sequences: vec![vec![9, 10], vec![20, 21, 22]],
+        greedy: false,
+    };
+    for seed in 0..6 {
+        for g in run(&p, &sampling, seed) {
+            let t = &g.tokens;
+            let end_at = (1..=t.len()).find(|&e| {
+                sampling.stop.contains(&t[e - 1])
+                    || sampling.stop_sequences.iter().any(|s| t[..e].ends_with(s))
+            });
+            // Generation ends at the first stop, or runs to its budget without one.
+            assert_eq!(end_at.unwrap_or(40), t.len(), "{t:?}");
+        }
+    }
+}
+
+/// Each row of a batch of different-length prompts generates what it generates alone.
+#[test]
+fn rows_of_different_lengths_share_a_batch() {
+    for kv_heads in [4, 2, 1] {
+        let p = policy(kv_heads, 14);
+        let sampling = Sampling {
+            max_new_tokens: 20,
+            greedy: true,
+            stop: vec![7],
+            stop_sequences: vec![vec![12, 13]],
+            ..Sampling::default()
+        };
+        let batch = run(&p, &sampling, 0);
+        let lengths: Vec<usize> = batch.iter().map(|g| g.tokens.len()).collect();
+        for (prompt, g) in prompts().iter().zip(&batch) {
+            let alone = generate(
+                &p,
+                std::slice::from_ref(prompt),
+                &sampling,
+                &mut ChaCha8Rng::seed_from_u64(0),
+            );
+            assert_eq!(
+                alone[0].tokens, g.tokens,
+                "kv_heads {kv_heads}: {lengths:?}"
+            );
+            assert_close(&alone[0].logprobs, &g.logprobs, 1e-5, "alone vs batch");
+        }
+    }
+}
+
+/// The KV cache changes nothing but speed: greedy tokens are identical, sampled ones under the
+/// same seed too, and log-probabilities agree within 1e-5.
+#[test]
+fn cached_generation_equals_recomputation_without_cache() {
+    for kv_heads in [4, 2, 1] {
+        let p = policy(kv_heads, 15);
+        let greedy = Sampling {
+            max_new_tokens: 30,
+            greedy: true,
+            stop: vec![3],
+            ..Sampling::default()
+        };
+        let sampled = Sampling {
+            temperature: 0.8,
+            top_k: Some(10),
+            top_p: 0.9,
+            greedy: false,
+            stop_sequences: vec![vec![4, 4]],
+            ..greedy.clone()
+        };
+        for (sampling, seed) in [(&greedy, 0), (&sampled, 1), (&sampled, 2)] {
+            let cached = run(&p, sampling, seed);
+            let uncached = generate_uncached(
+                &p,
+                &prompts(),
+                sampling,
+                &mut ChaCha8Rng::seed_from_u64(seed),
+            );
+            assert!(cached.iter().map(|g| g.tokens.len()).sum::<usize>() > 30);
+            for (row, (c, u)) in cached.iter().zip(&uncached).enumerate() {
+                assert_eq!(c.tokens, u.tokens, "kv_heads {kv_heads}, row {row}");
+                assert_close(&c.logprobs, &u.logprobs, 1e-5, "cached vs uncached");
+            }
+        }
+    }
+}
+
+/// What training recomputes for the generated tokens ([`Policy::scored_logprobs`] at the
+/// sampling temperature) is what sampling recorded, whatever top-k and top-p kept: a fresh
+/// token's importance ratio is exactly 1.
+#[test]
+fn recorded_logprobs_are_what_training_scores() {
+    let p = policy(2, 16);
+    let sampling = Sampling {
+        temperature: 0.7,
+        top_k: Some(5),
+        top_p: 0.8,
+        max_new_tokens: 25,
+        ..Sampling::default()
+    };
+    let prompts = prompts();
+    let gens = run(&p, &sampling, 3);
+    let rows: Vec<Vec<u32>> = prompts
+        .iter()
+        .zip(&gens)
+        .map(|(prompt, g)| prompt.iter().chain(&g.tokens).copied().collect())
+        .collect();
+    let width = rows.iter().map(Vec::len).max().unwrap();
+    let ids: Vec<i64> = rows
+        .iter()
+        .flat_map(|r| (0..width).map(move |j| r.get(j).map_or(0, |&t| i64::from(t))))
+        .collect();
+    let tokens = Tensor::<B, 2, Int>::from_data(
+        TensorData::new(ids, [rows.len(), width]),
+        &Default::default(),
+    );
+    // Position j predicts token j + 1: score exactly the generated tokens.
+    let scored: Vec<bool> = prompts
+        .iter()
+        .zip(&rows)
+        .flat_map(|(prompt, row)| (1..width).map(move |j| j >= prompt.len() && j < row.len()))
+        .collect();
+    let (logprobs, _) = p.scored_logprobs(tokens, &scored, 0.7);
+    let logprobs: Vec<f32> = logprobs.into_data().into_vec().unwrap();
+    for (r, (prompt, g)) in prompts.iter().zip(&gens).enumerate() {
+        let row = &logprobs[r * (width - 1)..(r + 1) * (width - 1)];
+        let recomputed = &row[prompt.len() - 1..prompt.len() - 1 + g.tokens.len()];
+        assert_close(&g.logprobs, recomputed, 1e-5, "recorded vs scored");
+    }
+}
