@@ -18,8 +18,8 @@
 //! 512 (the language's default, 4 × d_model), tied embeddings. Training is one step of
 //! forward, backward, global gradient-norm clipping and AdamW on 16 sequences of 256 positions,
 //! two ways: a plain language-model loss (what `benches/bench_policy.py` times in PyTorch) and
-//! the trainer's own SFT loss ([`Policy::scored_logprobs`], which also computes each position's
-//! entropy for the RL metrics). Generation samples 256 new tokens for 16 prompts of 16 tokens,
+//! the trainer's own SFT loss ([`Policy::scored_logprobs`] on the scored positions).
+//! Generation samples 256 new tokens for 16 prompts of 16 tokens,
 //! first with the KV cache ([`generate`]), then recomputing every step ([`generate_uncached`]),
 //! from the same seed, so both must produce the same tokens.
 //!
@@ -191,7 +191,7 @@ fn bench_training(sizes: &Sizes, config: &PolicyConfig, rng: &mut ChaCha8Rng) ->
     let sft = time_training(config, &rows, sizes.steps, Loss::Sft);
     for (name, time) in [
         ("plain LM loss (as in PyTorch)", lm),
-        ("trainer's SFT loss (+entropy)", sft),
+        ("trainer's SFT loss", sft),
     ] {
         println!(
             "  {name:<32} {:>8.1} ms/step  {:>8.0} tokens/s",
@@ -308,7 +308,7 @@ fn time_training(config: &PolicyConfig, rows: &[Vec<u32>], steps: usize, loss: L
                 log_softmax(logits, 2).gather(2, targets).mean().neg()
             }
             Loss::Sft => {
-                let (logprobs, _) = policy.scored_logprobs(tokens.clone(), &scored, 1.0);
+                let logprobs = policy.scored_logprobs(tokens.clone(), &scored, 1.0);
                 logprobs.mean().neg()
             }
         };

@@ -589,11 +589,11 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         let temperature = self.spec.train.temperature;
         let ref_logprobs = match (&self.reference, loss_config.kl) {
-            (Some(reference), Some(_)) => Some(Tensor::from_inner(
-                reference
-                    .scored_logprobs(batch.tokens.clone().inner(), &batch.scored, temperature)
-                    .0,
-            )),
+            (Some(reference), Some(_)) => Some(Tensor::from_inner(reference.scored_logprobs(
+                batch.tokens.clone().inner(),
+                &batch.scored,
+                temperature,
+            ))),
             _ => None,
         };
         let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
@@ -644,7 +644,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let coef = self.spec.algorithm.kl.coef;
         let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
         let batch = self.padded::<B::InnerBackend>(&transcripts);
-        let (ref_logprobs, _) =
+        let ref_logprobs =
             reference.scored_logprobs(batch.tokens, &batch.scored, self.spec.train.temperature);
         let old = self.behaviour_logprobs::<B::InnerBackend>(episodes, batch.width);
         let kl = (kl_estimate(old, ref_logprobs, estimator) * batch.mask).sum_dim(1);
@@ -915,12 +915,12 @@ impl<B: Backend> Padded<B> {
     /// Mean negative log-likelihood of the agent tokens under `policy` (temperature 1): the
     /// SFT loss.
     fn nll(self, policy: &Policy<B>) -> Tensor<B, 1> {
-        let (logprobs, _) = policy.scored_logprobs(self.tokens, &self.scored, 1.0);
+        let logprobs = policy.scored_logprobs(self.tokens, &self.scored, 1.0);
         (logprobs * self.mask.clone()).sum().neg() / self.mask.sum().clamp_min(1.0)
     }
 }
 
-/// [`Policy::scored_logprobs`] of `transcripts` (padded with `pad`), `[n, width - 1]` in
+/// [`Policy::scored_logprobs_and_entropy`] of `transcripts` (padded with `pad`), `[n, width - 1]` in
 /// their order (`width` at least the longest transcript), computed in buckets of
 /// [`LENGTH_BUCKET`] transcripts of similar length.
 ///
@@ -942,7 +942,8 @@ pub fn scored_in_buckets<C: Backend>(
     for bucket in order.chunks(LENGTH_BUCKET) {
         let members: Vec<&Transcript> = bucket.iter().map(|&i| transcripts[i]).collect();
         let padded = Padded::<C>::new(&members, pad, &device);
-        let (lp, ent) = policy.scored_logprobs(padded.tokens, &padded.scored, temperature);
+        let (lp, ent) =
+            policy.scored_logprobs_and_entropy(padded.tokens, &padded.scored, temperature);
         let widen = |t: Tensor<C, 2>| match width - padded.width {
             0 => t,
             extra => {

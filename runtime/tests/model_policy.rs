@@ -86,7 +86,7 @@ fn scored_logprobs_match_the_full_computation() {
             let full = burn::tensor::activation::log_softmax(logits, 2);
             let targets = tokens.clone().narrow(1, 1, 5).reshape([2, 5, 1]);
             let full = to_vec(full.gather(2, targets).reshape([2, 5]));
-            let (lp, ent) = p.scored_logprobs(tokens.clone(), &scored, temperature);
+            let (lp, ent) = p.scored_logprobs_and_entropy(tokens.clone(), &scored, temperature);
             let (lp, ent) = (to_vec(lp), to_vec(ent));
             for (i, &on) in scored.iter().enumerate() {
                 if on {
@@ -102,7 +102,7 @@ fn scored_logprobs_match_the_full_computation() {
                 }
             }
         }
-        let (lp, ent) = p.scored_logprobs(tokens.clone(), &[false; 10], 1.0);
+        let (lp, ent) = p.scored_logprobs_and_entropy(tokens.clone(), &[false; 10], 1.0);
         assert!(to_vec(lp).iter().chain(&to_vec(ent)).all(|&x| x == 0.0));
 
         // One gradient step on the scored log-likelihood raises it: gradients flow through
@@ -111,7 +111,7 @@ fn scored_logprobs_match_the_full_computation() {
         AD::seed(&device, 5);
         let trainable = config(kv_heads).init::<AD>(&device);
         let tokens = batch::<AD>(&[vec![1, 2, 3, 4, 5, 6], vec![7, 8, 9, 0, 0, 0]]);
-        let score = |p: &Policy<AD>| p.scored_logprobs(tokens.clone(), &scored, 1.0).0.sum();
+        let score = |p: &Policy<AD>| p.scored_logprobs(tokens.clone(), &scored, 1.0).sum();
         let before = score(&trainable);
         let grads = GradientsParams::from_grads(before.clone().neg().backward(), &trainable);
         let stepped = AdamWConfig::new().init().step(1e-2, trainable, grads);
@@ -145,7 +145,7 @@ fn bucketed_scoring_equals_scoring_the_whole_batch() {
         .iter()
         .flat_map(|t| (1..width).map(move |j| t.agent_mask.get(j).copied().unwrap_or(false)))
         .collect();
-    let (whole_lp, whole_ent) = p.scored_logprobs(padded, &scored, 0.8);
+    let (whole_lp, whole_ent) = p.scored_logprobs_and_entropy(padded, &scored, 0.8);
     let (lp, ent) = scored_in_buckets(&p, &refs, 0, width, 0.8);
     assert_eq!(lp.dims(), [lengths.len(), width - 1]);
     for (a, b) in to_vec(lp)

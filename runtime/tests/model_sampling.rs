@@ -277,7 +277,7 @@ fn recorded_logprobs_are_what_training_scores() {
         .zip(&rows)
         .flat_map(|(prompt, row)| (1..width).map(move |j| j >= prompt.len() && j < row.len()))
         .collect();
-    let (logprobs, _) = p.scored_logprobs(tokens, &scored, 0.7);
+    let logprobs = p.scored_logprobs(tokens, &scored, 0.7);
     let logprobs: Vec<f32> = logprobs.into_data().into_vec().unwrap();
     for (r, (prompt, g)) in prompts.iter().zip(&gens).enumerate() {
         let row = &logprobs[r * (width - 1)..(r + 1) * (width - 1)];

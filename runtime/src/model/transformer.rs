@@ -444,11 +444,12 @@ impl<B: Backend> Policy<B> {
     pub fn token_logprobs(&self, tokens: Tensor<B, 2, Int>) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let [b, t] = tokens.dims();
         assert!(t >= 2, "token_logprobs needs at least two tokens per row");
-        self.scored_logprobs(tokens, &vec![true; b * (t - 1)], 1.0)
+        self.scored_logprobs_and_entropy(tokens, &vec![true; b * (t - 1)], 1.0)
     }
 
-    /// Like [`Policy::token_logprobs`] at `temperature`, but only the predictions where `scored`
-    /// (row-major `[batch, len - 1]`) is set are computed; the others are zero.
+    /// Like [`Policy::token_logprobs`] at `temperature`, but only the log-probabilities, and
+    /// only the predictions where `scored` (row-major `[batch, len - 1]`) is set are computed;
+    /// the others are zero.
     ///
     /// Training scores only the agent's tokens, a fraction of a transcript; projecting just
     /// those hidden states onto the vocabulary (and normalizing them) is most of the saving.
@@ -457,7 +458,30 @@ impl<B: Backend> Policy<B> {
         tokens: Tensor<B, 2, Int>,
         scored: &[bool],
         temperature: f64,
+    ) -> Tensor<B, 2> {
+        self.score(tokens, scored, temperature, false).0
+    }
+
+    /// [`Policy::scored_logprobs`] and the entropy of each scored prediction's distribution
+    /// (RL reports and regularizes it; SFT and the KL reference need only the log-probs, and
+    /// the entropy costs several passes over `[scored, vocab]`).
+    pub fn scored_logprobs_and_entropy(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        scored: &[bool],
+        temperature: f64,
     ) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let (logprobs, entropy) = self.score(tokens, scored, temperature, true);
+        (logprobs, entropy.expect("asked for the entropy"))
+    }
+
+    fn score(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        scored: &[bool],
+        temperature: f64,
+        with_entropy: bool,
+    ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
         let [b, t] = tokens.dims();
         let device = tokens.device();
         assert!(t >= 2, "scored_logprobs needs at least two tokens per row");
@@ -468,8 +492,8 @@ impl<B: Backend> Policy<B> {
             .collect();
         let k = picked.len();
         if k == 0 {
-            let zeros = Tensor::zeros([b, t - 1], &device);
-            return (zeros.clone(), zeros);
+            let zeros = Tensor::<B, 2>::zeros([b, t - 1], &device);
+            return (zeros.clone(), with_entropy.then_some(zeros));
         }
         let picked = Tensor::<B, 1, Int>::from_data(TensorData::new(picked, [k]), &device);
         let hidden = self.hidden_states(tokens.clone().narrow(1, 0, t - 1));
@@ -483,12 +507,13 @@ impl<B: Backend> Policy<B> {
             .select(0, picked.clone())
             .reshape([k, 1]);
         let chosen = logp.clone().gather(1, targets).reshape([k]);
-        let entropy = (logp.clone().exp() * logp).sum_dim(1).neg().reshape([k]);
         let scatter = |values: Tensor<B, 1>| {
             Tensor::zeros([positions], &device)
                 .select_assign(0, picked.clone(), values, IndexingUpdateOp::Add)
                 .reshape([b, t - 1])
         };
-        (scatter(chosen), scatter(entropy))
+        let entropy = with_entropy
+            .then(|| scatter((logp.clone().exp() * logp).sum_dim(1).neg().reshape([k])));
+        (scatter(chosen), entropy)
     }
 }
