@@ -215,6 +215,12 @@ struct Header {
     metrics_len: u64,
 }
 
+/// The optimizer of a policy-shaped network (the policy, or PPO's separate critic).
+pub type NetOptimizer<B> = PolicyOptimizer<Policy<B>, B>;
+
+/// PPO's separate critic as a checkpoint restores it: its network and its optimizer.
+pub type CriticState<B> = (Policy<B>, NetOptimizer<B>);
+
 /// What the trainer hands over to be saved, borrowed.
 pub struct Snapshot<'a, B: AutodiffBackend> {
     /// The resolved experiment.
@@ -230,7 +236,7 @@ pub struct Snapshot<'a, B: AutodiffBackend> {
     /// The frozen KL reference, when the run has one.
     pub reference: Option<&'a Policy<B::InnerBackend>>,
     /// PPO's separate critic and its optimizer, once RL started with `value_head = separate`.
-    pub critic: Option<(&'a Policy<B>, &'a PolicyOptimizer<Policy<B>, B>)>,
+    pub critic: Option<(&'a Policy<B>, &'a NetOptimizer<B>)>,
     /// Where the run stands.
     pub phase: Phase,
     /// The trainer's RNG.
@@ -757,7 +763,7 @@ impl Checkpoint {
         critic: Policy<B>,
         optimizer: PolicyOptimizer<Policy<B>, B>,
         device: &B::Device,
-    ) -> Result<Option<(Policy<B>, PolicyOptimizer<Policy<B>, B>)>, CheckpointError> {
+    ) -> Result<Option<CriticState<B>>, CheckpointError> {
         let Some((weights, state)) = &self.critic else {
             return Ok(None);
         };
