@@ -359,6 +359,7 @@ fn algorithm(a: &Algorithm) -> TokenStream {
     let (gamma, lambda) = (float(a.gamma), float(a.lambda));
     let epochs = size(a.epochs);
     let grad_clip = option(&a.grad_clip, |c| float(*c));
+    let (value_clip, value_coef) = (float(a.value_clip), float(a.value_coef));
     quote! {
         ::agentry::spec::Algorithm {
             kind: #kind,
@@ -376,6 +377,8 @@ fn algorithm(a: &Algorithm) -> TokenStream {
             lambda: #lambda,
             epochs: #epochs,
             grad_clip: #grad_clip,
+            value_clip: #value_clip,
+            value_coef: #value_coef,
         }
     }
 }

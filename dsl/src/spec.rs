@@ -248,6 +248,12 @@ pub struct Algorithm {
     pub epochs: usize,
     /// Global gradient-norm clip, > 0; `None` disables it. Default 1.0.
     pub grad_clip: Option<f64>,
+    /// PPO's value clip ε_v, > 0: the new value is kept within ε_v of the rollout's value in
+    /// the clipped value loss. Default 0.2. PPO only.
+    pub value_clip: f64,
+    /// Weight of the value loss added to the policy loss with a shared trunk, >= 0. Default 1.
+    /// PPO only, and not with a separate critic (it has its own optimizer).
+    pub value_coef: f64,
 }
 
 /// The advantage estimators.

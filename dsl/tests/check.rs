@@ -76,6 +76,7 @@ fn defaults_are_the_documented_ones() {
         (a.gamma, a.lambda, a.epochs, a.grad_clip),
         (1.0, 0.95, 1, Some(1.0))
     );
+    assert_eq!((a.value_clip, a.value_coef), (0.2, 1.0));
     assert_eq!(spec.pool.engines, 1);
     assert_eq!(spec.pool.mode, PoolMode::Sync);
     assert_eq!(spec.train.lr, 3e-4);
@@ -380,6 +381,64 @@ fn ppo_needs_a_value_head() {
         "arch = transformer, value_head = shared",
     );
     assert!(check(&ok).is_ok());
+}
+
+/// `MINIMAL` as a PPO experiment with a value head, its algorithm block holding `keys`.
+fn ppo(value_head: &str, keys: &str) -> String {
+    MINIMAL
+        .replace(
+            "arch = transformer",
+            &format!("arch = transformer, value_head = {value_head}"),
+        )
+        .replace(
+            "algorithm grpo { group_size = 4 }",
+            &format!("algorithm ppo {{ {keys} }}"),
+        )
+}
+
+#[test]
+fn value_clip_and_value_coef_are_checked_numbers() {
+    let spec = check(&ppo("shared", "value_clip = 0.5, value_coef = 0.25")).unwrap();
+    assert_eq!(
+        (spec.algorithm.value_clip, spec.algorithm.value_coef),
+        (0.5, 0.25)
+    );
+    let spec = check(&ppo("shared", "value_coef = 0")).unwrap();
+    assert_eq!(spec.algorithm.value_coef, 0.0);
+
+    let d = error(&ppo("shared", "value_clip = 0"));
+    assert_eq!(d.message, "`value_clip` must be greater than 0");
+    let d = error(&ppo("shared", "value_coef = -1"));
+    assert_eq!(d.message, "`value_coef` must be at least 0");
+    let source = ppo("shared", "value_clip = \"0.2\"");
+    let d = error(&source);
+    assert!(d.message.contains("`value_clip`"), "{}", d.message);
+    assert_eq!(text(&source, &d), "\"0.2\"");
+}
+
+#[test]
+fn value_keys_are_ppo_only() {
+    let source = with("group_size = 4", "group_size = 4, value_clip = 0.2");
+    let d = error(&source);
+    assert_eq!(d.message, "`value_clip` is only used by PPO");
+    assert_eq!(text(&source, &d), "0.2");
+    assert!(d.hint.unwrap().contains("algorithm ppo"));
+    let d = error(&with("group_size = 4", "group_size = 4, value_coef = 1"));
+    assert_eq!(d.message, "`value_coef` is only used by PPO");
+}
+
+#[test]
+fn value_coef_is_an_error_with_a_separate_critic() {
+    let source = ppo("separate", "value_coef = 0.5");
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "`value_coef` does not apply to a separate critic"
+    );
+    assert_eq!(text(&source, &d), "0.5");
+    assert!(d.hint.unwrap().contains("its own optimizer"));
+    let spec = check(&ppo("separate", "value_clip = 0.1")).unwrap();
+    assert_eq!(spec.algorithm.value_clip, 0.1);
 }
 
 #[test]

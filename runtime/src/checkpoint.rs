@@ -3,7 +3,8 @@
 //! A checkpoint is one file, `RUN_DIR/checkpoints/sft-NNNNNN.ckpt` (during the supervised
 //! warm-up) or `RUN_DIR/checkpoints/rl-NNNNNN.ckpt` (after it), holding the policy's weights,
 //! the optimizer's state (burn's [`Optimizer::to_record`]: AdamW's moments and step counts),
-//! the frozen KL reference when there is one, the tokenizer, the phase and step, the trainer's
+//! the frozen KL reference when there is one, PPO's separate critic and its optimizer's state
+//! when there is one (a shared-trunk value head is part of the policy's weights), the tokenizer, the phase and step, the trainer's
 //! RNG (ChaCha8 seed, stream and word position), the warm-up evaluation, the count of skipped
 //! steps, how much of `metrics.jsonl` had been written, and what identifies the run: the
 //! resolved experiment and the version of every task generator. The curriculum and the
@@ -16,8 +17,14 @@
 //! u64 length  weights      (burn named MessagePack, full precision)
 //! u64 length  optimizer    (the same format)
 //! u64 length  reference    (the same format; length 0 when there is none)
+//! u64 length  critic       (the same format; length 0 without a separate critic)
+//! u64 length  critic optimizer (the same format; length 0 without a separate critic)
 //! u64 FNV-1a 64 of every byte before it
 //! ```
+//!
+//! Version 2 added the two critic sections. A file of another version is refused with a
+//! message saying whether it is older or newer than this build; there is no migration (a
+//! version-1 file holds no PPO run, but its sections would be read out of place).
 //!
 //! Files are written atomically: to a temporary file in the same directory, synced, then
 //! renamed over the final name (and the directory synced), so a crash leaves either the
@@ -48,8 +55,17 @@ use crate::train::Evaluation;
 
 /// The first bytes of every checkpoint file.
 const MAGIC: &[u8; 8] = b"AGNTCKPT";
-/// The layout version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The layout version this build writes and reads (2: the critic sections).
+pub const FORMAT_VERSION: u32 = 2;
+/// The sections after the preamble, in file order.
+const SECTIONS: [&str; 6] = [
+    "header",
+    "weights",
+    "optimizer",
+    "reference",
+    "critic",
+    "critic optimizer",
+];
 /// The folder of a run directory holding its checkpoints.
 pub const DIR: &str = "checkpoints";
 /// Bytes before the header: magic, version, header length.
@@ -199,6 +215,12 @@ struct Header {
     metrics_len: u64,
 }
 
+/// The optimizer of a policy-shaped network (the policy, or PPO's separate critic).
+pub type NetOptimizer<B> = PolicyOptimizer<Policy<B>, B>;
+
+/// PPO's separate critic as a checkpoint restores it: its network and its optimizer.
+pub type CriticState<B> = (Policy<B>, NetOptimizer<B>);
+
 /// What the trainer hands over to be saved, borrowed.
 pub struct Snapshot<'a, B: AutodiffBackend> {
     /// The resolved experiment.
@@ -213,6 +235,8 @@ pub struct Snapshot<'a, B: AutodiffBackend> {
     pub optimizer: &'a PolicyOptimizer<Policy<B>, B>,
     /// The frozen KL reference, when the run has one.
     pub reference: Option<&'a Policy<B::InnerBackend>>,
+    /// PPO's separate critic and its optimizer, once RL started with `value_head = separate`.
+    pub critic: Option<(&'a Policy<B>, &'a NetOptimizer<B>)>,
     /// Where the run stands.
     pub phase: Phase,
     /// The trainer's RNG.
@@ -264,12 +288,28 @@ impl<B: AutodiffBackend> Snapshot<'_, B> {
             .map_err(|e| failed(format!("reference: {e}")))?,
             None => Vec::new(),
         };
+        let (critic, critic_optimizer) = match self.critic {
+            Some((critic, optimizer)) => (
+                Recorder::<B>::record(&recorder(), critic.clone().into_record(), ())
+                    .map_err(|e| failed(format!("critic: {e}")))?,
+                optimizer_bytes(optimizer).map_err(|e| failed(format!("critic optimizer: {e}")))?,
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        let sections = [
+            &header,
+            &weights,
+            &optimizer,
+            &reference,
+            &critic,
+            &critic_optimizer,
+        ];
         let mut bytes = Vec::with_capacity(
-            PREAMBLE + header.len() + 32 + weights.len() + optimizer.len() + reference.len(),
+            PREAMBLE + 8 * sections.len() + 8 + sections.iter().map(|s| s.len()).sum::<usize>(),
         );
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        for section in [&header, &weights, &optimizer, &reference] {
+        for section in sections {
             bytes.extend_from_slice(&(section.len() as u64).to_le_bytes());
             bytes.extend_from_slice(section);
         }
@@ -373,6 +413,8 @@ pub struct Checkpoint {
     weights: Vec<u8>,
     optimizer: Vec<u8>,
     reference: Option<Vec<u8>>,
+    /// The separate critic's weights and optimizer state.
+    critic: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Checkpoint {
@@ -428,14 +470,20 @@ impl Checkpoint {
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
         if version != FORMAT_VERSION {
+            let which = if version < FORMAT_VERSION {
+                "an older Agentry wrote it; resume it with that version, or start the run again"
+            } else {
+                "a newer Agentry wrote it; resume it with that version or a later one"
+            };
             return Err(corrupt(format!(
-                "format version {version}; this build reads version {FORMAT_VERSION}"
+                "format version {version}, but this build reads only version \
+                 {FORMAT_VERSION}: {which}"
             )));
         }
-        // Walk the four sections, checking each length against what is there.
+        // Walk the sections, checking each length against what is there.
         let mut at = 12;
-        let mut sections = Vec::with_capacity(4);
-        for name in ["header", "weights", "optimizer", "reference"] {
+        let mut sections = Vec::with_capacity(SECTIONS.len());
+        for name in SECTIONS {
             let truncated = |needed: usize| {
                 corrupt(format!(
                     "truncated: {} bytes, but the {name} section needs {needed} (the file was \
@@ -503,6 +551,7 @@ impl Checkpoint {
             weights: sections[1].to_vec(),
             optimizer: sections[2].to_vec(),
             reference: (!sections[3].is_empty()).then(|| sections[3].to_vec()),
+            critic: (!sections[4].is_empty()).then(|| (sections[4].to_vec(), sections[5].to_vec())),
             header,
         })
     }
@@ -602,6 +651,16 @@ impl Checkpoint {
                 reason: "the run uses a KL reference but the checkpoint holds none".into(),
             });
         }
+        if spec.algorithm.kind == spec::AlgorithmKind::Ppo
+            && spec.model.value_head == spec::ValueHead::Separate
+            && matches!(self.header.phase, Phase::Rl { .. })
+            && self.critic.is_none()
+        {
+            return Err(CheckpointError::Corrupt {
+                path: self.path.clone(),
+                reason: "the run trains a separate critic but the checkpoint holds none".into(),
+            });
+        }
         if let Phase::Rl { step } = self.header.phase
             && step > spec.train.steps
         {
@@ -693,9 +752,36 @@ impl Checkpoint {
         optimizer: PolicyOptimizer<Policy<B>, B>,
         device: &B::Device,
     ) -> Result<PolicyOptimizer<Policy<B>, B>, CheckpointError> {
+        self.load_optimizer(optimizer, &self.optimizer, "optimizer", device)
+    }
+
+    /// PPO's separate critic and its optimizer, loaded into `critic` (the policy as the
+    /// experiment builds it, with a value head) and `optimizer` (fresh, of the declared kind);
+    /// `None` when the checkpoint has no critic (before RL, or another algorithm).
+    pub fn restore_critic<B: AutodiffBackend>(
+        &self,
+        critic: Policy<B>,
+        optimizer: PolicyOptimizer<Policy<B>, B>,
+        device: &B::Device,
+    ) -> Result<Option<CriticState<B>>, CheckpointError> {
+        let Some((weights, state)) = &self.critic else {
+            return Ok(None);
+        };
+        let critic = self.load_weights(critic, weights, "critic weights", device)?;
+        let optimizer = self.load_optimizer(optimizer, state, "critic optimizer", device)?;
+        Ok(Some((critic, optimizer)))
+    }
+
+    fn load_optimizer<B: AutodiffBackend>(
+        &self,
+        optimizer: PolicyOptimizer<Policy<B>, B>,
+        bytes: &[u8],
+        what: &str,
+        device: &B::Device,
+    ) -> Result<PolicyOptimizer<Policy<B>, B>, CheckpointError> {
         let r = recorder();
-        let bytes = self.optimizer.clone();
-        let failed = |e: burn::record::RecorderError| self.corrupt(format!("optimizer: {e}"));
+        let bytes = bytes.to_vec();
+        let failed = |e: burn::record::RecorderError| self.corrupt(format!("{what}: {e}"));
         Ok(match optimizer {
             PolicyOptimizer::AdamW(o) => PolicyOptimizer::AdamW(
                 o.load_record(Recorder::<B>::load(&r, bytes, device).map_err(failed)?),

@@ -102,6 +102,16 @@ pub struct RlRecord {
     pub clip_high: f32,
     /// Gradient norm before clipping.
     pub grad_norm: f32,
+    /// PPO's clipped value loss (last epoch); absent for algorithms without a critic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_loss: Option<f32>,
+    /// PPO: `1 - Var(R - V_old) / Var(R)` over the agent tokens, the rollout values' fit to
+    /// the GAE returns (1 perfect, 0 no better than a constant).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explained_variance: Option<f64>,
+    /// PPO: fraction of agent tokens whose value was clipped in the value loss (last epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_clip_frac: Option<f32>,
     /// Agent tokens trained on.
     pub agent_tokens: usize,
     /// Groups kept by the filter, of those rolled out.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use agentry_dsl::spec::{self, AdvantageNorm, AlgorithmKind, Device, KlPlacement};
+use agentry_dsl::spec::{self, AdvantageNorm, AlgorithmKind, Device, KlPlacement, ValueHead};
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::{Split, TaskGenerator};
 use burn::module::AutodiffModule;
@@ -20,8 +20,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::algo::loss::{PolicyLossConfig, kl_estimate, scalar};
 use crate::algo::{
-    PolicyLossInput, normalize_by_key, outcome_advantages, policy_loss, std_dev, weigh_negatives,
-    whiten,
+    PolicyLossInput, ValueStats, explained_variance, gae, normalize_by_key, outcome_advantages,
+    policy_loss, std_dev, terminal_rewards, value_loss, weigh_negatives, whiten,
 };
 use crate::checkpoint::{Checkpoint, Phase, Snapshot};
 use crate::curriculum::Curriculum;
@@ -30,7 +30,7 @@ use crate::error::RunError;
 use crate::experiment::Experiment;
 use crate::metrics::{Progress, Record, RlRecord, RunDir, TaskStats};
 use crate::model::hf::{HfCheckpoint, ModelType};
-use crate::model::{Policy, PolicyConfig, Sampling};
+use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
 use crate::optim::{PolicyOptimizer, clip_global_norm};
 use crate::rollout::{Episode, EpisodeSpec, demonstration, oracle_text, play};
 use crate::text::{ChatFormat, Tokenizer, Transcript};
@@ -121,11 +121,6 @@ pub fn run_on<B: AutodiffBackend>(
 /// Rejects, before any work, what the file may declare but this runtime cannot run yet.
 fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
     let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
-    if spec.algorithm.kind == AlgorithmKind::Ppo {
-        return refuse(
-            "ppo needs a critic, which is not implemented yet; use grpo, rloo or reinforce_pp",
-        );
-    }
     if spec.pool.mode == spec::PoolMode::Async {
         return refuse("`pool.mode = async` is not implemented yet; use `mode = sync`");
     }
@@ -211,6 +206,8 @@ struct Trainer<B: AutodiffBackend> {
     policy: Policy<B>,
     optimizer: PolicyOptimizer<Policy<B>, B>,
     reference: Option<Policy<B::InnerBackend>>,
+    /// PPO's separate critic (`value_head = separate`), from the start of RL on.
+    critic: Option<Critic<B>>,
     context: usize,
     demos: Vec<Transcript>,
     curriculum: Curriculum,
@@ -294,6 +291,11 @@ impl<B: AutodiffBackend> Trainer<B> {
                 PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device)
             }
         };
+        // A shared-trunk critic is part of the policy from the start, so the optimizer and
+        // every checkpoint cover it; the warm-up leaves it as it is (its loss never reads it).
+        if spec.model.value_head == ValueHead::Shared {
+            policy = policy.with_value_head();
+        }
         let mut optimizer = PolicyOptimizer::new(&spec.train.optimizer);
         let fresh_phase = match spec.train.warmup {
             Some(_) => Phase::Warmup { step: 0 },
@@ -301,12 +303,20 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         let (mut phase, mut saved, mut after_warmup, mut skipped) = (fresh_phase, None, None, 0);
         let mut reference = None;
+        let mut critic = None;
         let run_dir = match &resume {
             None => RunDir::create(&options.out, &spec.name, spec.seed)?,
             Some(checkpoint) => {
                 policy = checkpoint.restore_policy(policy, &device)?;
                 optimizer = checkpoint.restore_optimizer(optimizer, &device)?;
                 reference = checkpoint.restore_reference(policy.valid(), &device)?;
+                critic = checkpoint
+                    .restore_critic(
+                        Critic::template(&policy),
+                        PolicyOptimizer::new(&spec.train.optimizer),
+                        &device,
+                    )?
+                    .map(|(net, optimizer)| Critic { net, optimizer });
                 rng = checkpoint.rng();
                 phase = checkpoint.phase();
                 saved = Some(phase);
@@ -347,6 +357,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             policy,
             optimizer,
             reference,
+            critic,
             demos,
             curriculum,
             rng,
@@ -397,6 +408,16 @@ impl<B: AutodiffBackend> Trainer<B> {
         if self.spec.algorithm.kl.estimator.is_some() && self.reference.is_none() {
             self.reference = Some(self.policy.valid());
         }
+        // So is a separate critic: a copy of the policy (after the warm-up) with a value head.
+        if self.spec.model.value_head == ValueHead::Separate
+            && self.spec.algorithm.kind == AlgorithmKind::Ppo
+            && self.critic.is_none()
+        {
+            self.critic = Some(Critic {
+                net: Critic::template(&self.policy),
+                optimizer: PolicyOptimizer::new(&self.spec.train.optimizer),
+            });
+        }
         if warmed_up && self.spec.train.checkpoint_every.is_some() {
             self.checkpoint()?;
         }
@@ -416,13 +437,14 @@ impl<B: AutodiffBackend> Trainer<B> {
         for step in done + 1..=steps {
             let record = self.rl_step(step)?;
             self.skipped += u64::from(record.skipped);
-            out.update(
-                step,
-                format!(
-                    "success {:.2} | return {:.2} | loss {:+.4} | entropy {:.2}",
-                    record.success, record.mean_return, record.loss, record.entropy
-                ),
+            let mut line = format!(
+                "success {:.2} | return {:.2} | loss {:+.4} | entropy {:.2}",
+                record.success, record.mean_return, record.loss, record.entropy
             );
+            if let (Some(value), Some(ev)) = (record.value_loss, record.explained_variance) {
+                line.push_str(&format!(" | value {value:.4} | ev {ev:+.2}"));
+            }
+            out.update(step, line);
             self.run_dir.record(&Record::Rl(Box::new(record)))?;
             self.phase = Phase::Rl { step };
             if self.checkpoint_due(step) {
@@ -494,12 +516,16 @@ impl<B: AutodiffBackend> Trainer<B> {
         Ok(())
     }
 
-    /// Backward, clip, optimizer step; returns the gradient norm before clipping.
+    /// Backward, clip, optimizer step of the policy; returns the gradient norm before clipping.
     fn apply(&mut self, loss: Tensor<B, 1>, lr: f64) -> f32 {
-        let grads = loss.backward();
-        let mut grads = burn::optim::GradientsParams::from_grads(grads, &self.policy);
-        let norm = clip_global_norm(&self.policy, &mut grads, self.spec.algorithm.grad_clip);
-        self.policy = self.optimizer.step(lr, self.policy.clone(), grads);
+        let (policy, norm) = descend(
+            self.policy.clone(),
+            &mut self.optimizer,
+            loss,
+            lr,
+            self.spec.algorithm.grad_clip,
+        );
+        self.policy = policy;
         norm
     }
 
@@ -568,15 +594,36 @@ impl<B: AutodiffBackend> Trainer<B> {
             .map(|e| e.spec.group)
             .collect::<std::collections::BTreeSet<_>>()
             .len();
-        let advantages = self.token_advantages(&episodes);
+        // PPO: the critic's values at the rollout (no gradient), then GAE on them.
+        let old_values = match algorithm.kind {
+            AlgorithmKind::Ppo => Some(self.rollout_values(&episodes)),
+            _ => None,
+        };
+        let (advantages, returns) = self.token_advantages(&episodes, old_values.as_deref());
         record.agent_tokens = advantages.iter().map(Vec::len).sum();
-        if advantages.iter().flatten().all(|a| *a == 0.0) {
+        let critic_targets = match (&old_values, &returns) {
+            (Some(values), Some(returns)) => {
+                let (values, returns): (Vec<f32>, Vec<f32>) = (values.concat(), returns.concat());
+                record.explained_variance = Some(explained_variance(&returns, &values));
+                values != returns
+            }
+            _ => false,
+        };
+        if advantages.iter().flatten().all(|a| *a == 0.0) && !critic_targets {
             record.skipped = true;
             return Ok(record);
         }
 
         let update_started = Instant::now();
         let batch = self.rl_tensors(&episodes, &advantages);
+        let width = batch.width;
+        // `[n, width - 1]` tensors of the rollout values and the returns, for the value loss.
+        let value_targets = old_values.as_ref().zip(returns.as_ref()).map(|(v, r)| {
+            (
+                self.token_tensor::<B>(&episodes, v, width),
+                self.token_tensor::<B>(&episodes, r, width),
+            )
+        });
         let loss_config = PolicyLossConfig {
             clip: algorithm.clip,
             dual_clip: algorithm.dual_clip,
@@ -598,20 +645,37 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
         let pad = self.chat.tokenizer().pad();
+        // A shared trunk reads the values in the policy's own forward pass.
+        let shared = value_targets.is_some() && self.critic.is_none();
+        let want = if shared { Want::Both } else { Want::Policy };
         for _ in 0..algorithm.epochs {
-            let (logprobs, entropy) =
-                scored_in_buckets(&self.policy, &transcripts, pad, batch.width, temperature);
+            let scores =
+                score_in_buckets(&self.policy, &transcripts, pad, width, temperature, want);
             let (mut loss, stats) = policy_loss(
                 PolicyLossInput {
-                    logprobs,
+                    logprobs: scores.logprobs,
                     old_logprobs: batch.old_logprobs.clone(),
                     advantages: batch.advantages.clone(),
                     mask: batch.mask.clone(),
-                    entropy,
+                    entropy: scores.entropy,
                     ref_logprobs: ref_logprobs.clone(),
                 },
                 &loss_config,
             );
+            if let (true, Some(values), Some((old, returns))) =
+                (shared, scores.values, &value_targets)
+            {
+                let (value, value_stats) = value_loss(
+                    values,
+                    old.clone(),
+                    returns.clone(),
+                    batch.mask.clone(),
+                    algorithm.value_clip,
+                );
+                loss = loss + value * algorithm.value_coef;
+                record.value_loss = Some(value_stats.loss);
+                record.value_clip_frac = Some(value_stats.clip_frac);
+            }
             if record.sft_alpha > 0.0 && !self.demos.is_empty() {
                 let demos: Vec<&Transcript> = (0..group_size.max(4))
                     .map(|_| &self.demos[self.rng.random_range(0..self.demos.len())])
@@ -629,6 +693,11 @@ impl<B: AutodiffBackend> Trainer<B> {
             record.clip_low = stats.clip_low;
             record.clip_high = stats.clip_high;
             record.grad_norm = self.apply(loss, self.spec.train.lr);
+            if let (false, Some((old, returns))) = (shared, &value_targets) {
+                let stats = self.critic_step(&transcripts, old, returns, &batch.mask, step)?;
+                record.value_loss = Some(stats.loss);
+                record.value_clip_frac = Some(stats.clip_frac);
+            }
         }
         record.update_seconds = update_started.elapsed().as_secs_f64();
         Ok(record)
@@ -654,23 +723,55 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
     }
 
-    /// Per-token advantages of every episode's agent tokens, normalized as the spec says.
-    fn token_advantages(&self, episodes: &[Episode]) -> Vec<Vec<f32>> {
+    /// Per-token advantages of every episode's agent tokens, normalized as the spec says; for
+    /// PPO (`values` are the critic's rollout values of each episode's agent tokens) also the
+    /// GAE returns, the critic's targets.
+    ///
+    /// PPO's advantages are GAE over each episode's agent tokens ([`gae`]) whitened over the
+    /// batch's agent tokens, as REINFORCE++'s returns are; `advantage_norm = batch` is that
+    /// whitening (not applied twice), `group` and `per_task` normalize the whitened values
+    /// further, `none` keeps them whitened. `negative_weight` applies to every algorithm last.
+    fn token_advantages(
+        &self,
+        episodes: &[Episode],
+        values: Option<&[Vec<f32>]>,
+    ) -> (Vec<Vec<f32>>, Option<Vec<Vec<f32>>>) {
         let algorithm = &self.spec.algorithm;
-        let rewards: Vec<f32> = episodes.iter().map(|e| e.reward).collect();
-        let groups: Vec<usize> = episodes.iter().map(|e| e.spec.group).collect();
-        let per_episode = outcome_advantages(algorithm.kind, &rewards, &groups)
-            .unwrap_or_else(|| vec![0.0; episodes.len()]);
-        // Flatten to agent tokens, remembering each token's episode, group and task.
-        let mut values = Vec::new();
+        // Per agent token: its advantage, and the episode it belongs to.
+        let mut flat = Vec::new();
         let mut owner = Vec::new();
-        for (i, episode) in episodes.iter().enumerate() {
-            let n = episode.transcript.agent_mask.iter().filter(|m| **m).count();
-            values.extend(std::iter::repeat_n(per_episode[i], n));
-            owner.extend(std::iter::repeat_n(i, n));
+        let mut returns = None;
+        match values {
+            Some(values) => {
+                let mut per_episode = Vec::with_capacity(episodes.len());
+                for (i, (episode, values)) in episodes.iter().zip(values).enumerate() {
+                    let rewards = terminal_rewards(values.len(), episode.reward);
+                    let (advantages, episode_returns) =
+                        gae(&rewards, values, algorithm.gamma, algorithm.lambda);
+                    owner.extend(std::iter::repeat_n(i, advantages.len()));
+                    flat.extend(advantages);
+                    per_episode.push(episode_returns);
+                }
+                returns = Some(per_episode);
+            }
+            None => {
+                let rewards: Vec<f32> = episodes.iter().map(|e| e.reward).collect();
+                let groups: Vec<usize> = episodes.iter().map(|e| e.spec.group).collect();
+                let per_episode = outcome_advantages(algorithm.kind, &rewards, &groups)
+                    .unwrap_or_else(|| vec![0.0; episodes.len()]);
+                for (i, episode) in episodes.iter().enumerate() {
+                    let n = episode.transcript.agent_mask.iter().filter(|m| **m).count();
+                    flat.extend(std::iter::repeat_n(per_episode[i], n));
+                    owner.extend(std::iter::repeat_n(i, n));
+                }
+            }
         }
-        if algorithm.kind == AlgorithmKind::ReinforcePp {
-            whiten(&mut values);
+        let whitened = matches!(
+            algorithm.kind,
+            AlgorithmKind::ReinforcePp | AlgorithmKind::Ppo
+        );
+        if whitened {
+            whiten(&mut flat);
         }
         let key = |f: &dyn Fn(&Episode) -> usize| -> Vec<usize> {
             owner.iter().map(|&i| f(&episodes[i])).collect()
@@ -678,20 +779,96 @@ impl<B: AutodiffBackend> Trainer<B> {
         match algorithm.advantage_norm {
             AdvantageNorm::None => {}
             AdvantageNorm::Group if algorithm.kind == AlgorithmKind::Grpo => {}
-            AdvantageNorm::Group => normalize_by_key(&mut values, &key(&|e| e.spec.group)),
-            AdvantageNorm::Batch if algorithm.kind == AlgorithmKind::ReinforcePp => {}
+            AdvantageNorm::Group => normalize_by_key(&mut flat, &key(&|e| e.spec.group)),
+            AdvantageNorm::Batch if whitened => {}
             AdvantageNorm::Batch => {
-                let one_key = vec![0; values.len()];
-                normalize_by_key(&mut values, &one_key);
+                let one_key = vec![0; flat.len()];
+                normalize_by_key(&mut flat, &one_key);
             }
-            AdvantageNorm::PerTask => normalize_by_key(&mut values, &key(&|e| e.spec.task)),
+            AdvantageNorm::PerTask => normalize_by_key(&mut flat, &key(&|e| e.spec.task)),
         }
-        weigh_negatives(&mut values, algorithm.negative_weight);
+        weigh_negatives(&mut flat, algorithm.negative_weight);
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); episodes.len()];
-        for (value, i) in values.into_iter().zip(owner) {
+        for (value, i) in flat.into_iter().zip(owner) {
             out[i].push(value);
         }
-        out
+        (out, returns)
+    }
+
+    /// The critic's values (the shared trunk's head, or the separate critic) of each episode's
+    /// agent tokens, computed without a gradient before the update: PPO's `V_old`.
+    fn rollout_values(&self, episodes: &[Episode]) -> Vec<Vec<f32>> {
+        let critic = match &self.critic {
+            Some(critic) => critic.net.valid(),
+            None => self.policy.valid(),
+        };
+        let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
+        let width = Padded::<B::InnerBackend>::width(&transcripts);
+        let pad = self.chat.tokenizer().pad();
+        let values = score_in_buckets(&critic, &transcripts, pad, width, 1.0, Want::Values)
+            .values
+            .map(|v| v.into_data().into_vec::<f32>().unwrap_or_default())
+            .unwrap_or_default();
+        episodes
+            .iter()
+            .enumerate()
+            .map(|(i, episode)| {
+                (1..width)
+                    .filter(|&j| agent_at(episode, j))
+                    .map(|j| values.get(i * (width - 1) + j - 1).copied().unwrap_or(0.0))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// One update of the separate critic on the clipped value loss, with its own optimizer at
+    /// the train learning rate and the algorithm's gradient clip.
+    fn critic_step(
+        &mut self,
+        transcripts: &[&Transcript],
+        old_values: &Tensor<B, 2>,
+        returns: &Tensor<B, 2>,
+        mask: &Tensor<B, 2>,
+        step: u64,
+    ) -> Result<ValueStats, RunError> {
+        let pad = self.chat.tokenizer().pad();
+        let (lr, clip, grad_clip) = (
+            self.spec.train.lr,
+            self.spec.algorithm.value_clip,
+            self.spec.algorithm.grad_clip,
+        );
+        let Some(critic) = self.critic.as_mut() else {
+            return Err(RunError::Unsupported(
+                "internal: PPO with a separate critic reached an update without its critic"
+                    .to_string(),
+            ));
+        };
+        let width = old_values.dims()[1] + 1;
+        let values = score_in_buckets(&critic.net, transcripts, pad, width, 1.0, Want::Values)
+            .values
+            .unwrap_or_else(|| Tensor::zeros(old_values.dims(), &self.device));
+        let (loss, stats) = value_loss(
+            values,
+            old_values.clone(),
+            returns.clone(),
+            mask.clone(),
+            clip,
+        );
+        if !stats.loss.is_finite() {
+            return Err(RunError::Diverged {
+                step,
+                value: stats.loss,
+            });
+        }
+        let (net, _) = descend(
+            critic.net.clone(),
+            &mut critic.optimizer,
+            loss,
+            lr,
+            grad_clip,
+        );
+        critic.net = net;
+        Ok(stats)
     }
 
     fn task_stats(&self, episodes: &[Episode]) -> BTreeMap<String, TaskStats> {
@@ -798,6 +975,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             policy: &self.policy,
             optimizer: &self.optimizer,
             reference: self.reference.as_ref(),
+            critic: self.critic.as_ref().map(|c| (&c.net, &c.optimizer)),
             phase: self.phase,
             rng: &self.rng,
             after_warmup: self.after_warmup.as_ref(),
@@ -844,37 +1022,84 @@ impl<B: AutodiffBackend> Trainer<B> {
         )
     }
 
-    fn rl_tensors(&self, episodes: &[Episode], advantages: &[Vec<f32>]) -> RlBatch<B> {
-        let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
-        let padded = self.padded::<B>(&transcripts);
-        let width = padded.width;
-        let mut adv = Vec::with_capacity(episodes.len() * (width - 1));
-        for (episode, token_adv) in episodes.iter().zip(advantages) {
-            let mut next = token_adv.iter();
+    /// Values given per agent token of each episode (in order, for positions `1..`), placed
+    /// at their predicted-token positions of a `[n, width - 1]` tensor, zero elsewhere.
+    fn token_tensor<C: Backend<Device = B::Device>>(
+        &self,
+        episodes: &[Episode],
+        per_token: &[Vec<f32>],
+        width: usize,
+    ) -> Tensor<C, 2> {
+        let mut flat = Vec::with_capacity(episodes.len() * (width - 1));
+        for (episode, values) in episodes.iter().zip(per_token) {
+            let mut next = values.iter();
             for j in 1..width {
-                let agent = episode
-                    .transcript
-                    .agent_mask
-                    .get(j)
-                    .copied()
-                    .unwrap_or(false);
-                adv.push(if agent {
+                flat.push(if agent_at(episode, j) {
                     next.next().copied().unwrap_or(0.0)
                 } else {
                     0.0
                 });
             }
         }
-        let n = episodes.len();
+        Tensor::from_data(
+            TensorData::new(flat, [episodes.len(), width - 1]),
+            &self.device,
+        )
+    }
+
+    fn rl_tensors(&self, episodes: &[Episode], advantages: &[Vec<f32>]) -> RlBatch<B> {
+        let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
+        let padded = self.padded::<B>(&transcripts);
+        let width = padded.width;
         RlBatch {
             width,
             old_logprobs: self.behaviour_logprobs(episodes, width),
-            advantages: Tensor::from_data(TensorData::new(adv, [n, width - 1]), &self.device),
+            advantages: self.token_tensor(episodes, advantages, width),
             tokens: padded.tokens,
             mask: padded.mask,
             scored: padded.scored,
         }
     }
+}
+
+/// Whether token `j` of the episode's transcript is the agent's.
+fn agent_at(episode: &Episode, j: usize) -> bool {
+    episode
+        .transcript
+        .agent_mask
+        .get(j)
+        .copied()
+        .unwrap_or(false)
+}
+
+/// PPO's separate critic (`value_head = separate`): a network of the policy's architecture
+/// with a value head, trained on the value loss by an optimizer of its own.
+struct Critic<B: AutodiffBackend> {
+    net: Policy<B>,
+    optimizer: PolicyOptimizer<Policy<B>, B>,
+}
+
+impl<B: AutodiffBackend> Critic<B> {
+    /// A copy of `policy` (its trunk and LM head, which the critic never reads) with a fresh
+    /// value head: what the critic starts from, and what a resumed run loads its weights into.
+    fn template(policy: &Policy<B>) -> Policy<B> {
+        policy.clone().with_value_head()
+    }
+}
+
+/// Backward, global-norm clip, optimizer step of `module`; returns the updated module and the
+/// gradient norm before clipping. The policy and the separate critic share it.
+fn descend<B: AutodiffBackend>(
+    module: Policy<B>,
+    optimizer: &mut PolicyOptimizer<Policy<B>, B>,
+    loss: Tensor<B, 1>,
+    lr: f64,
+    grad_clip: Option<f64>,
+) -> (Policy<B>, f32) {
+    let grads = loss.backward();
+    let mut grads = burn::optim::GradientsParams::from_grads(grads, &module);
+    let norm = clip_global_norm(&module, &mut grads, grad_clip);
+    (optimizer.step(lr, module, grads), norm)
 }
 
 /// Right-padded transcripts `[n, width]` and which predicted tokens `[n, width - 1]` are the
@@ -887,13 +1112,18 @@ struct Padded<B: Backend> {
 }
 
 impl<B: Backend> Padded<B> {
-    fn new(transcripts: &[&Transcript], pad: u32, device: &B::Device) -> Self {
-        let width = transcripts
+    /// The padded width of `transcripts`: the longest, at least 2.
+    fn width(transcripts: &[&Transcript]) -> usize {
+        transcripts
             .iter()
             .map(|t| t.tokens.len())
             .max()
             .unwrap_or(2)
-            .max(2);
+            .max(2)
+    }
+
+    fn new(transcripts: &[&Transcript], pad: u32, device: &B::Device) -> Self {
+        let width = Self::width(transcripts);
         let mut tokens = Vec::with_capacity(transcripts.len() * width);
         let mut scored = Vec::with_capacity(transcripts.len() * (width - 1));
         for t in transcripts {
@@ -920,8 +1150,8 @@ impl<B: Backend> Padded<B> {
     }
 }
 
-/// [`Policy::scored_logprobs_and_entropy`] of `transcripts` (padded with `pad`), `[n, width - 1]` in
-/// their order (`width` at least the longest transcript), computed in buckets of
+/// [`Policy::scored_logprobs_and_entropy`] of `transcripts` (padded with `pad`),
+/// `[n, width - 1]` in their order (`width` at least the longest transcript), computed in buckets of
 /// [`LENGTH_BUCKET`] transcripts of similar length.
 ///
 /// Attention costs grow with the square of the padded width, and RL transcripts vary in
@@ -935,15 +1165,29 @@ pub fn scored_in_buckets<C: Backend>(
     width: usize,
     temperature: f64,
 ) -> (Tensor<C, 2>, Tensor<C, 2>) {
+    let scores = score_in_buckets(policy, transcripts, pad, width, temperature, Want::Policy);
+    (scores.logprobs, scores.entropy)
+}
+
+/// [`Policy::score`] of `transcripts` in length buckets, as [`scored_in_buckets`] does for the
+/// log-probabilities: the values (when wanted and the policy has a value head) come back
+/// `[n, width - 1]` in the transcripts' order too.
+pub fn score_in_buckets<C: Backend>(
+    policy: &Policy<C>,
+    transcripts: &[&Transcript],
+    pad: u32,
+    width: usize,
+    temperature: f64,
+    want: Want,
+) -> Scores<C> {
     let device = policy.device();
     let mut order: Vec<usize> = (0..transcripts.len()).collect();
     order.sort_by_key(|&i| transcripts[i].tokens.len());
-    let (mut logprobs, mut entropies) = (Vec::new(), Vec::new());
+    let (mut logprobs, mut entropies, mut values) = (Vec::new(), Vec::new(), Vec::new());
     for bucket in order.chunks(LENGTH_BUCKET) {
         let members: Vec<&Transcript> = bucket.iter().map(|&i| transcripts[i]).collect();
         let padded = Padded::<C>::new(&members, pad, &device);
-        let (lp, ent) =
-            policy.scored_logprobs_and_entropy(padded.tokens, &padded.scored, temperature);
+        let scores = policy.score(padded.tokens, &padded.scored, temperature, want);
         let widen = |t: Tensor<C, 2>| match width - padded.width {
             0 => t,
             extra => {
@@ -951,18 +1195,22 @@ pub fn scored_in_buckets<C: Backend>(
                 Tensor::cat(vec![t, zeros], 1)
             }
         };
-        logprobs.push(widen(lp));
-        entropies.push(widen(ent));
+        logprobs.push(widen(scores.logprobs));
+        entropies.push(widen(scores.entropy));
+        values.extend(scores.values.map(widen));
     }
     let mut back = vec![0i64; order.len()];
     for (row, &i) in order.iter().enumerate() {
         back[i] = row as i64;
     }
     let back = Tensor::<C, 1, Int>::from_data(TensorData::new(back, [order.len()]), &device);
-    (
-        Tensor::cat(logprobs, 0).select(0, back.clone()),
-        Tensor::cat(entropies, 0).select(0, back),
-    )
+    let restore = |parts: Vec<Tensor<C, 2>>| Tensor::cat(parts, 0).select(0, back.clone());
+    let has_values = !values.is_empty() && values.len() == logprobs.len();
+    Scores {
+        logprobs: restore(logprobs),
+        entropy: restore(entropies),
+        values: has_values.then(|| restore(values)),
+    }
 }
 
 struct RlBatch<B: Backend> {

@@ -5,13 +5,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
-use agentry_runtime::checkpoint::{Checkpoint, CheckpointError};
+use agentry_runtime::checkpoint::{Checkpoint, CheckpointError, FORMAT_VERSION};
 use agentry_runtime::model::hf::load_policy;
 use agentry_runtime::model::{Policy, PolicyConfig};
+use agentry_runtime::optim::PolicyOptimizer;
 use agentry_runtime::text::Tokenizer;
 use agentry_runtime::{Interpreted, RunError, RunOptions, RunSummary};
 use burn::backend::{Autodiff, Flex};
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::Tensor;
 use rand::Rng;
@@ -138,13 +139,25 @@ fn config(run_dir: &Path) -> PolicyConfig {
 /// length of `metrics.jsonl` (its wall-clock fields differ), the weights and the KL reference
 /// compared bit for bit.
 fn same_final_state(a: &Path, b: &Path, checkpoint: &str) {
+    same_final_state_of(a, b, checkpoint, false);
+}
+
+/// [`same_final_state`] of runs whose policy has a value head (`value_head = shared`) or not.
+fn same_final_state_of(a: &Path, b: &Path, checkpoint: &str, value_head: bool) {
     let device = Default::default();
     let config = config(a);
     assert_eq!(config, self::config(b));
+    let fresh = || {
+        let policy = config.init::<Flex>(&device);
+        if value_head {
+            policy.with_value_head()
+        } else {
+            policy
+        }
+    };
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
     let load = |dir: &Path| {
-        let policy = config
-            .init::<Flex>(&device)
+        let policy = fresh()
             .load_file(dir.join("policy.mpk"), &recorder, &device)
             .unwrap();
         parameters(&policy)
@@ -163,15 +176,11 @@ fn same_final_state(a: &Path, b: &Path, checkpoint: &str) {
         (0..8).map(|_| rng.random()).collect()
     };
     assert_eq!(draws(&ca), draws(&cb), "RNG state");
-    let weights = |c: &Checkpoint| {
-        let fresh = config.init::<Flex>(&device);
-        parameters(&c.restore_policy(fresh, &device).unwrap())
-    };
+    let weights = |c: &Checkpoint| parameters(&c.restore_policy(fresh(), &device).unwrap());
     assert!(weights(&ca) == weights(&cb), "checkpointed weights differ");
     let reference = |c: &Checkpoint| {
-        let fresh = config.init::<Flex>(&device);
         parameters(
-            &c.restore_reference(fresh, &device)
+            &c.restore_reference(fresh(), &device)
                 .unwrap()
                 .expect("a KL reference"),
         )
@@ -230,6 +239,99 @@ fn a_stopped_and_resumed_run_ends_as_the_straight_run() {
         std::fs::read_to_string(first.run_dir.join("metrics-superseded.jsonl")).unwrap();
     assert_eq!(superseded.lines().count(), 1);
     assert!(superseded.contains(r#""label":"final""#), "{superseded}");
+}
+
+/// [`TINY`] as PPO with a critic of the given kind (`shared` or `separate`): two epochs, so
+/// the value clip binds, and the KL penalty on the reward so returns are not all zero.
+fn tiny_ppo(value_head: &str) -> String {
+    TINY.replace(
+        "context = 128 } }",
+        &format!("context = 128 }}, value_head = {value_head} }}"),
+    )
+    .replace(
+        "algorithm grpo { group_size = 2, kl",
+        "algorithm ppo { epochs = 2, value_clip = 0.1, kl",
+    )
+    .replace("tiny_resume", &format!("tiny_ppo_{value_head}"))
+}
+
+/// The final critic of a PPO run's checkpoint, as bits: the shared value head lives in the
+/// policy's weights, a separate critic in its own section.
+fn critic_bits(run_dir: &Path, checkpoint: &str, separate: bool) -> Vec<Vec<u32>> {
+    let device = Default::default();
+    let checkpoint = Checkpoint::read(&run_dir.join("checkpoints").join(checkpoint)).unwrap();
+    let fresh = config(run_dir)
+        .init::<Autodiff<Flex>>(&device)
+        .with_value_head();
+    if separate {
+        let optimizer = PolicyOptimizer::new(&agentry_dsl::spec::Optimizer::AdamW {
+            weight_decay: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+        });
+        let (critic, _) = checkpoint
+            .restore_critic(fresh, optimizer, &device)
+            .unwrap()
+            .expect("a separate critic in the checkpoint");
+        parameters(&critic.valid())
+    } else {
+        parameters(&checkpoint.restore_policy(fresh, &device).unwrap().valid())
+    }
+}
+
+fn ppo_resumes_exactly(value_head: &str) {
+    let _guard = serial();
+    let source = tiny_ppo(value_head);
+    let straight = run(
+        &source,
+        &scratch(&format!("ppo-{value_head}-straight")),
+        4,
+        None,
+    )
+    .unwrap();
+    let expected = metrics(&straight.run_dir);
+    let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
+    assert_eq!(rl.len(), 4);
+    for line in &rl {
+        assert_eq!(line["skipped"], false, "{line}");
+        for key in ["value_loss", "explained_variance", "value_clip_frac"] {
+            let value = line[key].as_f64();
+            assert!(value.is_some_and(f64::is_finite), "{key} in {line}");
+        }
+    }
+    let out = scratch(&format!("ppo-{value_head}-split"));
+    let first = run(&source, &out, 2, None).unwrap();
+    let resumed = run(&source, &out, 4, Some(&first.run_dir)).unwrap();
+    assert_eq!(metrics(&resumed.run_dir), expected);
+    let separate = value_head == "separate";
+    same_final_state_of(
+        &resumed.run_dir,
+        &straight.run_dir,
+        "rl-000004.ckpt",
+        !separate,
+    );
+    let critic = |dir: &Path| critic_bits(dir, "rl-000004.ckpt", separate);
+    let (a, b) = (critic(&resumed.run_dir), critic(&straight.run_dir));
+    assert!(a == b, "the critics differ");
+    // The critic trained: its value head is no longer the all-zero initialization.
+    // (The value head is the last module of a policy: its weight and bias.)
+    let head = &a[a.len() - 2..];
+    assert!(
+        head.iter()
+            .flatten()
+            .any(|bits| f32::from_bits(*bits) != 0.0)
+    );
+    assert_eq!(resumed.after_rl, straight.after_rl);
+}
+
+#[test]
+fn a_ppo_run_with_a_shared_value_head_resumes_exactly() {
+    ppo_resumes_exactly("shared");
+}
+
+#[test]
+fn a_ppo_run_with_a_separate_critic_resumes_exactly() {
+    ppo_resumes_exactly("separate");
 }
 
 #[test]
@@ -364,11 +466,12 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The sections of a checkpoint file: header, weights, optimizer, reference.
+/// The sections of a checkpoint file: header, weights, optimizer, reference, critic, critic
+/// optimizer.
 fn sections(bytes: &[u8]) -> Vec<Vec<u8>> {
     let mut at = 12;
     let mut out = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..6 {
         let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
         out.push(bytes[at + 8..at + 8 + len].to_vec());
         at += 8 + len;
@@ -379,7 +482,7 @@ fn sections(bytes: &[u8]) -> Vec<Vec<u8>> {
 /// A well-formed file (valid checksum) around the given sections.
 fn assemble(sections: &[Vec<u8>]) -> Vec<u8> {
     let mut bytes = b"AGNTCKPT".to_vec();
-    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     for s in sections {
         bytes.extend_from_slice(&(s.len() as u64).to_le_bytes());
         bytes.extend_from_slice(s);
@@ -442,24 +545,39 @@ fn corrupt_checkpoints_are_rejected() {
             Ok(_) => panic!("accepted a checkpoint that should contain `{needle}`"),
         }
     };
-    // A flipped bit anywhere after the preamble fails the checksum.
+    // A flipped bit anywhere in the sections' contents fails the checksum.
     for at in [
         25,
         whole.len() / 3,
         whole.len() / 2,
-        whole.len() - 20,
+        whole.len() - 40,
         whole.len() - 3,
     ] {
         let mut bytes = whole.clone();
         bytes[at] ^= 0x10;
         expect(&bytes, "checksum mismatch");
     }
+    // The last 24 bytes are the (empty) critic sections' lengths and the checksum: a flipped
+    // length bit reads as a section running past the end of the file.
+    let mut bytes = whole.clone();
+    bytes[whole.len() - 20] ^= 0x10;
+    expect(&bytes, "truncated");
     let mut bytes = whole.clone();
     bytes[0] = b'X';
     expect(&bytes, "not an Agentry checkpoint");
     let mut bytes = whole.clone();
     bytes[8] = 9;
-    expect(&bytes, "format version 9");
+    expect(
+        &bytes,
+        "format version 9, but this build reads only version 2: a newer Agentry",
+    );
+    // Version 1 had no critic sections: refused as older, not read out of place.
+    let mut bytes = whole.clone();
+    bytes[8] = 1;
+    expect(
+        &bytes,
+        "format version 1, but this build reads only version 2: an older Agentry",
+    );
     let mut bytes = whole.clone();
     bytes.extend_from_slice(b"junk");
     expect(&bytes, "unexpected bytes after the checksum");

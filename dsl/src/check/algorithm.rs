@@ -32,6 +32,8 @@ const KEYS: &[&str] = &[
     "lambda",
     "epochs",
     "grad_clip",
+    "value_clip",
+    "value_coef",
 ];
 
 const KL_ESTIMATORS: [(&str, KlEstimator); 5] = [
@@ -163,6 +165,28 @@ impl Checker {
             Some(v) => self.size("epochs", v, 1),
             None => Some(1),
         };
+        let value_clip = match table.get("value_clip") {
+            Some(v) => self.ppo_only("value_clip", v, kind, Interval::above(0.0)),
+            None => Some(0.2),
+        };
+        let value_coef = match table.get("value_coef") {
+            Some(v) if model.is_some_and(|m| m.value_head == ValueHead::Separate) => {
+                self.error(
+                    Diagnostic::new(
+                        v.span,
+                        "`value_coef` does not apply to a separate critic",
+                        "not used with `value_head = separate`",
+                    )
+                    .with_hint(
+                        "a separate critic has its own optimizer, so its loss is not added to \
+                         the policy's; remove `value_coef` (or use `value_head = shared`)",
+                    ),
+                );
+                None
+            }
+            Some(v) => self.ppo_only("value_coef", v, kind, Interval::at_least(0.0)),
+            None => Some(1.0),
+        };
         let grad_clip = match table.get("grad_clip") {
             Some(v) if Self::is_none(v) => Some(None),
             Some(v) => self
@@ -186,7 +210,37 @@ impl Checker {
             lambda: lambda?,
             epochs: epochs?,
             grad_clip: grad_clip?,
+            value_clip: value_clip?,
+            value_coef: value_coef?,
         })
+    }
+
+    /// A number in `interval` for a key only PPO's critic reads; an error for other algorithms.
+    fn ppo_only(
+        &mut self,
+        key: &str,
+        value: &Value,
+        kind: Option<AlgorithmKind>,
+        interval: Interval,
+    ) -> Option<f64> {
+        let x = self.number_in(key, value, interval)?;
+        match kind {
+            Some(AlgorithmKind::Ppo) | None => Some(x),
+            Some(other) => {
+                self.error(
+                    Diagnostic::new(
+                        value.span,
+                        format!("`{key}` is only used by PPO"),
+                        format!("{} has no critic", other.name()),
+                    )
+                    .with_hint(format!(
+                        "`{key}` tunes PPO's value loss; remove it, or use `algorithm ppo` with \
+                         a `value_head`"
+                    )),
+                );
+                None
+            }
+        }
     }
 
     fn algorithm_kind(&mut self, ident: &Ident) -> Option<AlgorithmKind> {

@@ -1,4 +1,4 @@
-//! RL algorithms: advantage estimation and the policy loss.
+//! RL algorithms: advantage estimation (outcome estimators and GAE), the policy and value losses.
 //!
 //! The estimators and normalizers work on plain `f32` slices, so they are tested against
 //! hand-computed values without tensors; the loss works on burn tensors, so it differentiates.
@@ -6,7 +6,9 @@
 //! (DESIGN §6).
 
 pub mod advantage;
+pub mod gae;
 pub mod loss;
 
 pub use advantage::{normalize_by_key, outcome_advantages, std_dev, weigh_negatives, whiten};
-pub use loss::{LossStats, PolicyLossInput, policy_loss};
+pub use gae::{explained_variance, gae, terminal_rewards};
+pub use loss::{LossStats, PolicyLossInput, ValueStats, policy_loss, value_loss};

@@ -11,4 +11,4 @@ pub mod hf;
 mod transformer;
 
 pub use generate::{Generation, Sampling, generate, generate_uncached};
-pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope};
+pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};

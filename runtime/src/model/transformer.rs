@@ -134,6 +134,7 @@ impl PolicyConfig {
             blocks,
             norm: RmsNormConfig::new(self.d_model).init(device),
             head: (!self.tie_embeddings).then(|| linear(self.d_model, self.vocab, INIT_STD)),
+            value: None,
             vocab: self.vocab,
             context: self.context,
             head_dim: hd,
@@ -352,6 +353,46 @@ impl<B: Backend> DecoderBlock<B> {
     }
 }
 
+/// Which outputs [`Policy::score`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// Log-probabilities only (SFT, the KL reference): the entropy costs several passes over
+    /// `[scored, vocab]` that they would throw away.
+    LogProbs,
+    /// Log-probabilities and entropies (an RL update reports and regularizes the entropy).
+    Policy,
+    /// Values (the value head) only: a critic never needs the LM head.
+    Values,
+    /// Log-probabilities, entropies and values, from one pass of the trunk (a shared-trunk
+    /// PPO update).
+    Both,
+}
+
+impl Want {
+    fn logprobs(self) -> bool {
+        self != Want::Values
+    }
+
+    fn entropy(self) -> bool {
+        matches!(self, Want::Policy | Want::Both)
+    }
+
+    fn values(self) -> bool {
+        matches!(self, Want::Values | Want::Both)
+    }
+}
+
+/// What [`Policy::score`] returns, each `[batch, len - 1]`, zero at unscored positions.
+pub struct Scores<B: Backend> {
+    /// Log-probability of each next token (zeros when not wanted).
+    pub logprobs: Tensor<B, 2>,
+    /// Entropy of each predicted distribution (zeros when not wanted).
+    pub entropy: Tensor<B, 2>,
+    /// The value of the state each token is generated from; `None` when not wanted or when
+    /// the policy has no value head.
+    pub values: Option<Tensor<B, 2>>,
+}
+
 /// The policy network; build it with [`PolicyConfig::init`].
 #[derive(Module, Debug)]
 pub struct Policy<B: Backend> {
@@ -363,6 +404,9 @@ pub struct Policy<B: Backend> {
     pub norm: RmsNorm<B>,
     /// LM head; `None` when tied to the embedding (logits are `hidden · embedᵀ`).
     pub head: Option<Linear<B>>,
+    /// Value head, PPO's critic on this trunk: `Linear(d_model -> 1)` on the final-normed hidden
+    /// states. `None` unless added with [`Policy::with_value_head`].
+    pub value: Option<Linear<B>>,
     /// Vocabulary size.
     pub vocab: usize,
     /// Longest sequence handled.
@@ -459,47 +503,81 @@ impl<B: Backend> Policy<B> {
         scored: &[bool],
         temperature: f64,
     ) -> Tensor<B, 2> {
-        self.score(tokens, scored, temperature, false).0
+        self.score(tokens, scored, temperature, Want::LogProbs)
+            .logprobs
     }
 
-    /// [`Policy::scored_logprobs`] and the entropy of each scored prediction's distribution
-    /// (RL reports and regularizes it; SFT and the KL reference need only the log-probs, and
-    /// the entropy costs several passes over `[scored, vocab]`).
+    /// [`Policy::scored_logprobs`] and the entropy of each scored prediction's distribution.
     pub fn scored_logprobs_and_entropy(
         &self,
         tokens: Tensor<B, 2, Int>,
         scored: &[bool],
         temperature: f64,
     ) -> (Tensor<B, 2>, Tensor<B, 2>) {
-        let (logprobs, entropy) = self.score(tokens, scored, temperature, true);
-        (logprobs, entropy.expect("asked for the entropy"))
+        let scores = self.score(tokens, scored, temperature, Want::Policy);
+        (scores.logprobs, scores.entropy)
     }
 
-    fn score(
+    /// This policy with a value head `Linear(d_model -> 1)` (with bias), all zeros: every
+    /// state starts at value 0, the head is the same for every seed, and building it draws
+    /// nothing from the backend's RNG (so adding it changes no other weight).
+    pub fn with_value_head(mut self) -> Self {
+        let d_model = self.embed.weight.dims()[1];
+        self.value = Some(
+            LinearConfig::new(d_model, 1)
+                .with_initializer(Initializer::Zeros)
+                .init(&self.device()),
+        );
+        self
+    }
+
+    /// [`Policy::scored_logprobs`] and/or the values at the same positions: column `j` of row
+    /// `b` scores token `j + 1` from the hidden state at position `j`, so its value is that of
+    /// the state the token is generated from (PPO's `V(s_t)`), aligned with its log-probability.
+    pub fn score(
         &self,
         tokens: Tensor<B, 2, Int>,
         scored: &[bool],
         temperature: f64,
-        with_entropy: bool,
-    ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
+        want: Want,
+    ) -> Scores<B> {
         let [b, t] = tokens.dims();
         let device = tokens.device();
         assert!(t >= 2, "scored_logprobs needs at least two tokens per row");
         let positions = b * (t - 1);
         assert_eq!(scored.len(), positions, "one flag per predicted token");
+        let value_head = self.value.as_ref().filter(|_| want.values());
         let picked: Vec<i64> = (0..positions as i64)
             .filter(|&i| scored[i as usize])
             .collect();
         let k = picked.len();
         if k == 0 {
-            let zeros = Tensor::<B, 2>::zeros([b, t - 1], &device);
-            return (zeros.clone(), with_entropy.then_some(zeros));
+            let zeros = Tensor::zeros([b, t - 1], &device);
+            return Scores {
+                logprobs: zeros.clone(),
+                entropy: zeros.clone(),
+                values: value_head.map(|_| zeros),
+            };
         }
         let picked = Tensor::<B, 1, Int>::from_data(TensorData::new(picked, [k]), &device);
         let hidden = self.hidden_states(tokens.clone().narrow(1, 0, t - 1));
         let rows = hidden
             .reshape([positions, self.embed.weight.dims()[1]])
             .select(0, picked.clone());
+        let scatter = |values: Tensor<B, 1>| {
+            Tensor::zeros([positions], &device)
+                .select_assign(0, picked.clone(), values, IndexingUpdateOp::Add)
+                .reshape([b, t - 1])
+        };
+        let values = value_head.map(|head| scatter(head.forward(rows.clone()).reshape([k])));
+        if !want.logprobs() {
+            let zeros = Tensor::zeros([b, t - 1], &device);
+            return Scores {
+                logprobs: zeros.clone(),
+                entropy: zeros,
+                values,
+            };
+        }
         let logp = log_softmax(self.project(rows) / temperature, 1);
         let targets = tokens
             .narrow(1, 1, t - 1)
@@ -507,13 +585,14 @@ impl<B: Backend> Policy<B> {
             .select(0, picked.clone())
             .reshape([k, 1]);
         let chosen = logp.clone().gather(1, targets).reshape([k]);
-        let scatter = |values: Tensor<B, 1>| {
-            Tensor::zeros([positions], &device)
-                .select_assign(0, picked.clone(), values, IndexingUpdateOp::Add)
-                .reshape([b, t - 1])
+        let entropy = match want.entropy() {
+            true => scatter((logp.clone().exp() * logp).sum_dim(1).neg().reshape([k])),
+            false => Tensor::zeros([b, t - 1], &device),
         };
-        let entropy = with_entropy
-            .then(|| scatter((logp.clone().exp() * logp).sum_dim(1).neg().reshape([k])));
-        (scatter(chosen), entropy)
+        Scores {
+            logprobs: scatter(chosen),
+            entropy,
+            values,
+        }
     }
 }

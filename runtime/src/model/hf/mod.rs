@@ -272,6 +272,7 @@ fn build<B: Backend>(
         blocks,
         norm: final_norm,
         head,
+        value: None,
         vocab: config.vocab_size,
         context: config.max_position_embeddings,
         head_dim: config.head_dim,
