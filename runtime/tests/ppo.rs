@@ -2,6 +2,8 @@
 //! clipped value loss fit a fixed batch (the shared trunk with the policy loss beside it, and
 //! a separate critic on its own).
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
 use agentry_runtime::algo::loss::{PolicyLossConfig, scalar};
 use agentry_runtime::algo::{PolicyLossInput, policy_loss, value_loss};
 use agentry_runtime::model::{Policy, PolicyConfig, Want};
@@ -13,6 +15,14 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
 type AD = Autodiff<Flex>;
+
+/// burn seeds weight initialization through one global RNG per backend, so tests that build
+/// policies (seeded or not) must not interleave, or the seeded ones get other weights.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn config() -> PolicyConfig {
     PolicyConfig {
@@ -49,6 +59,7 @@ fn returns<B: Backend>(device: &B::Device) -> Tensor<B, 2> {
 
 #[test]
 fn values_are_read_at_the_scored_positions_and_start_at_zero() {
+    let _guard = serial();
     let device = Default::default();
     <Flex as Backend>::seed(&device, 3);
     let policy: Policy<Flex> = config().init(&device).with_value_head();
@@ -84,6 +95,7 @@ fn values_are_read_at_the_scored_positions_and_start_at_zero() {
 /// The value loss on the fixed batch before and after `updates` AdamW steps, with the
 /// policy loss added (shared trunk, coefficient 1) or not (a separate critic).
 fn fit(with_policy_loss: bool, updates: usize) -> (f32, f32) {
+    let _guard = serial();
     let device = Default::default();
     <AD as Backend>::seed(&device, 11);
     let mut critic: Policy<AD> = config().init(&device).with_value_head();
