@@ -310,12 +310,9 @@ impl<B: AutodiffBackend> Trainer<B> {
                 policy = checkpoint.restore_policy(policy, &device)?;
                 optimizer = checkpoint.restore_optimizer(optimizer, &device)?;
                 reference = checkpoint.restore_reference(policy.valid(), &device)?;
+                let fresh = Critic::fresh(&policy, &spec.train.optimizer);
                 critic = checkpoint
-                    .restore_critic(
-                        Critic::template(&policy),
-                        PolicyOptimizer::new(&spec.train.optimizer),
-                        &device,
-                    )?
+                    .restore_critic(fresh.net, fresh.optimizer, &device)?
                     .map(|(net, optimizer)| Critic { net, optimizer });
                 rng = checkpoint.rng();
                 phase = checkpoint.phase();
@@ -413,10 +410,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             && self.spec.algorithm.kind == AlgorithmKind::Ppo
             && self.critic.is_none()
         {
-            self.critic = Some(Critic {
-                net: Critic::template(&self.policy),
-                optimizer: PolicyOptimizer::new(&self.spec.train.optimizer),
-            });
+            self.critic = Some(Critic::fresh(&self.policy, &self.spec.train.optimizer));
         }
         if warmed_up && self.spec.train.checkpoint_every.is_some() {
             self.checkpoint()?;
@@ -1081,9 +1075,13 @@ struct Critic<B: AutodiffBackend> {
 
 impl<B: AutodiffBackend> Critic<B> {
     /// A copy of `policy` (its trunk and LM head, which the critic never reads) with a fresh
-    /// value head: what the critic starts from, and what a resumed run loads its weights into.
-    fn template(policy: &Policy<B>) -> Policy<B> {
-        policy.clone().with_value_head()
+    /// value head and a fresh optimizer of the declared kind: what the critic starts from, and
+    /// what a resumed run loads its state into.
+    fn fresh(policy: &Policy<B>, optimizer: &spec::Optimizer) -> Self {
+        Critic {
+            net: policy.clone().with_value_head(),
+            optimizer: PolicyOptimizer::new(optimizer),
+        }
     }
 }
 
@@ -1150,28 +1148,15 @@ impl<B: Backend> Padded<B> {
     }
 }
 
-/// [`Policy::scored_logprobs_and_entropy`] of `transcripts` (padded with `pad`),
-/// `[n, width - 1]` in their order (`width` at least the longest transcript), computed in buckets of
-/// [`LENGTH_BUCKET`] transcripts of similar length.
+/// [`Policy::score`] of `transcripts` (padded with `pad`), `[n, width - 1]` in their order
+/// (`width` at least the longest transcript), computed in buckets of [`LENGTH_BUCKET`]
+/// transcripts of similar length; the values (when wanted and the policy has a value head)
+/// come back in the same shape and order.
 ///
 /// Attention costs grow with the square of the padded width, and RL transcripts vary in
 /// length (one turn or many), so padding each bucket only to its own longest transcript
 /// saves most of the work spent on padding. Padding never changes the scores of the real
 /// tokens before it, so the result equals scoring the whole batch at once.
-pub fn scored_in_buckets<C: Backend>(
-    policy: &Policy<C>,
-    transcripts: &[&Transcript],
-    pad: u32,
-    width: usize,
-    temperature: f64,
-) -> (Tensor<C, 2>, Tensor<C, 2>) {
-    let scores = score_in_buckets(policy, transcripts, pad, width, temperature, Want::Policy);
-    (scores.logprobs, scores.entropy)
-}
-
-/// [`Policy::score`] of `transcripts` in length buckets, as [`scored_in_buckets`] does for the
-/// log-probabilities: the values (when wanted and the policy has a value head) come back
-/// `[n, width - 1]` in the transcripts' order too.
 pub fn score_in_buckets<C: Backend>(
     policy: &Policy<C>,
     transcripts: &[&Transcript],

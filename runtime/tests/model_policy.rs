@@ -123,8 +123,9 @@ fn scored_logprobs_match_the_full_computation() {
 /// Scoring in length buckets gives what scoring the whole padded batch gives.
 #[test]
 fn bucketed_scoring_equals_scoring_the_whole_batch() {
+    use agentry_runtime::model::Want;
     use agentry_runtime::text::Transcript;
-    use agentry_runtime::train::{LENGTH_BUCKET, scored_in_buckets};
+    use agentry_runtime::train::{LENGTH_BUCKET, score_in_buckets};
     let p = policy(2, 9);
     // More transcripts than one bucket, lengths out of order, one empty.
     let lengths = [5, 17, 2, 9, 0, 13, 3, 11, 7, 17, 4];
@@ -146,7 +147,8 @@ fn bucketed_scoring_equals_scoring_the_whole_batch() {
         .flat_map(|t| (1..width).map(move |j| t.agent_mask.get(j).copied().unwrap_or(false)))
         .collect();
     let (whole_lp, whole_ent) = p.scored_logprobs_and_entropy(padded, &scored, 0.8);
-    let (lp, ent) = scored_in_buckets(&p, &refs, 0, width, 0.8);
+    let scores = score_in_buckets(&p, &refs, 0, width, 0.8, Want::Policy);
+    let (lp, ent) = (scores.logprobs, scores.entropy);
     assert_eq!(lp.dims(), [lengths.len(), width - 1]);
     for (a, b) in to_vec(lp)
         .iter()
