@@ -15,7 +15,7 @@ use quote::quote;
 use crate::spec::{
     AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Arch, BuiltinEnv, Clip, Device,
     Difficulty, EnvRef, Eval, Experiment, Filter, Kl, KlEstimator, KlPlacement, Model, Optimizer,
-    Pool, PoolMode, Schedule, Split, Stage, Sweep, Task, Train, ValueHead, Warmup,
+    Pool, PoolMode, Schedule, SftSource, Split, Stage, Sweep, Task, Train, ValueHead, Warmup,
 };
 
 /// The items for one experiment: a unit struct named after it and its `::agentry::Experiment`
@@ -319,8 +319,10 @@ fn algorithm(a: &Algorithm) -> TokenStream {
         "AlgorithmKind",
         match a.kind {
             AlgorithmKind::Grpo => "Grpo",
+            AlgorithmKind::DrGrpo => "DrGrpo",
             AlgorithmKind::Rloo => "Rloo",
             AlgorithmKind::ReinforcePp => "ReinforcePp",
+            AlgorithmKind::ReinforcePpBaseline => "ReinforcePpBaseline",
             AlgorithmKind::Ppo => "Ppo",
         },
     );
@@ -355,6 +357,14 @@ fn algorithm(a: &Algorithm) -> TokenStream {
             quote!(::agentry::spec::Filter::RewardStd { keep: #keep })
         }
     };
+    let sft_from = match a.sft_from {
+        SftSource::Oracle => quote!(::agentry::spec::SftSource::Oracle),
+        SftSource::Successes { keep } => {
+            let keep = size(keep);
+            quote!(::agentry::spec::SftSource::Successes { keep: #keep })
+        }
+    };
+    let is_cap = option(&a.is_cap, |c| float(*c));
     let negative_weight = float(a.negative_weight);
     let (gamma, lambda) = (float(a.gamma), float(a.lambda));
     let epochs = size(a.epochs);
@@ -371,6 +381,8 @@ fn algorithm(a: &Algorithm) -> TokenStream {
             advantage_norm: #advantage_norm,
             aggregation: #aggregation,
             sft: #sft,
+            sft_from: #sft_from,
+            is_cap: #is_cap,
             filter: #filter,
             negative_weight: #negative_weight,
             gamma: #gamma,

@@ -219,7 +219,8 @@ pub struct Stage {
 pub struct Algorithm {
     /// The advantage estimator.
     pub kind: AlgorithmKind,
-    /// Trajectories per prompt; >= 2 for GRPO and RLOO. Default 8 (1 for PPO, REINFORCE++).
+    /// Trajectories per prompt; >= 2 for the grouped estimators ([`AlgorithmKind::is_grouped`]).
+    /// Default 8 for those, 1 for PPO and REINFORCE++.
     pub group_size: usize,
     /// PPO ratio clip `[1 - low, 1 + high]`; `clip = 0.2` sets both. Default 0.2 .. 0.2.
     pub clip: Clip,
@@ -231,10 +232,17 @@ pub struct Algorithm {
     pub entropy: f64,
     /// How advantages are normalized. Default `group` for GRPO, `batch` otherwise.
     pub advantage_norm: AdvantageNorm,
-    /// How token losses are reduced. Default `token_mean`.
+    /// How token losses are reduced. Default `token_mean` (`seq_mean_token_sum` for Dr. GRPO).
     pub aggregation: Aggregation,
     /// The weight α of the SFT term in RL + α·SFT. Default constant 0.
     pub sft: Schedule,
+    /// Where the SFT term's demonstrations come from. Default the oracle's.
+    pub sft_from: SftSource,
+    /// Truncated importance sampling: the cap `C >= 1` on the per-token weight
+    /// `min(π_old / π_behaviour, C)` that corrects for tokens sampled by another policy than
+    /// the one the update starts from. `None` (the default) takes the ratio against the
+    /// behaviour log-probabilities directly.
+    pub is_cap: Option<f64>,
     /// Trajectory filtering before the update. Default none.
     pub filter: Filter,
     /// Weight of negative (below-baseline) advantages after normalization, in [0, 1]. 1, the
@@ -262,10 +270,15 @@ pub struct Algorithm {
 pub enum AlgorithmKind {
     /// Group-relative: `(r - mean_g) / (std_g + 1e-6)`.
     Grpo,
+    /// Dr. GRPO: `r - mean_g`, without the division by the group's std (which over-weights
+    /// groups whose rewards barely differ).
+    DrGrpo,
     /// Leave-one-out baseline within the group.
     Rloo,
     /// Batch-whitened discounted returns.
     ReinforcePp,
+    /// REINFORCE++ with the group mean as baseline: `r - mean_g`, then whitened over the batch.
+    ReinforcePpBaseline,
     /// Clipped policy gradient with a critic and GAE.
     Ppo,
 }
@@ -275,10 +288,31 @@ impl AlgorithmKind {
     pub fn name(self) -> &'static str {
         match self {
             AlgorithmKind::Grpo => "grpo",
+            AlgorithmKind::DrGrpo => "dr_grpo",
             AlgorithmKind::Rloo => "rloo",
             AlgorithmKind::ReinforcePp => "reinforce_pp",
+            AlgorithmKind::ReinforcePpBaseline => "reinforce_pp_baseline",
             AlgorithmKind::Ppo => "ppo",
         }
+    }
+
+    /// Whether the estimator compares the members of a group (so needs `group_size >= 2`).
+    pub fn is_grouped(self) -> bool {
+        matches!(
+            self,
+            AlgorithmKind::Grpo
+                | AlgorithmKind::DrGrpo
+                | AlgorithmKind::Rloo
+                | AlgorithmKind::ReinforcePpBaseline
+        )
+    }
+
+    /// Whether the estimator whitens its token advantages over the batch itself.
+    pub fn whitens(self) -> bool {
+        matches!(
+            self,
+            AlgorithmKind::ReinforcePp | AlgorithmKind::ReinforcePpBaseline | AlgorithmKind::Ppo
+        )
     }
 }
 
@@ -409,6 +443,20 @@ impl Schedule {
             }
         }
     }
+}
+
+/// The demonstrations of the SFT term in RL + α·SFT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SftSource {
+    /// The oracle's demonstrations of training instances (the warm-up's set).
+    Oracle,
+    /// `successes(keep = n)`: the run's own most recent `n` solved training episodes
+    /// (default 256), so the policy imitates what already works for it.
+    Successes {
+        /// How many of the latest successes are kept.
+        keep: usize,
+    },
 }
 
 /// Trajectory filtering.

@@ -4,7 +4,8 @@ mod common;
 
 use agentry_dsl::check;
 use agentry_dsl::spec::{
-    AdvantageNorm, Arch, EnvRef, KlEstimator, KlPlacement, Optimizer, PoolMode, Schedule, Split,
+    AdvantageNorm, Aggregation, AlgorithmKind, Arch, EnvRef, KlEstimator, KlPlacement, Optimizer,
+    PoolMode, Schedule, SftSource, Split,
 };
 use common::{MINIMAL, MULTITASK, at, error, errors, text};
 
@@ -740,4 +741,88 @@ fn stop_is_a_list_of_distinct_non_empty_strings() {
         ]
     );
     assert_eq!(text(&source, &errs[2]), r#""x""#);
+}
+
+#[test]
+fn dr_grpo_and_reinforce_pp_baseline_are_grouped_estimators_with_their_defaults() {
+    let spec = check(&with("algorithm grpo", "algorithm dr_grpo")).unwrap();
+    assert_eq!(spec.algorithm.kind, AlgorithmKind::DrGrpo);
+    // Dr. GRPO drops both the std division and the length normalization.
+    assert_eq!(spec.algorithm.advantage_norm, AdvantageNorm::None);
+    assert_eq!(spec.algorithm.aggregation, Aggregation::SeqMeanTokenSum);
+    let spec = check(&with("algorithm grpo", "algorithm reinforce_pp_baseline")).unwrap();
+    assert_eq!(spec.algorithm.advantage_norm, AdvantageNorm::Batch);
+    assert_eq!(spec.algorithm.aggregation, Aggregation::TokenMean);
+
+    for kind in ["dr_grpo", "reinforce_pp_baseline"] {
+        let source = with("algorithm grpo", &format!("algorithm {kind}")).replacen(
+            "group_size = 4",
+            "group_size = 1",
+            1,
+        );
+        let d = error(&source);
+        assert_eq!(
+            d.message,
+            format!("`group_size` must be at least 2 for {kind}")
+        );
+    }
+}
+
+#[test]
+fn dr_grpo_refuses_group_normalization() {
+    let source = with("algorithm grpo", "algorithm dr_grpo").replacen(
+        "group_size = 4",
+        "group_size = 4, advantage_norm = group",
+        1,
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "`advantage_norm = group` undoes Dr. GRPO");
+    assert_eq!(text(&source, &d), "group");
+    assert!(d.hint.unwrap().contains("algorithm grpo"));
+    let source = with("algorithm grpo", "algorithm dr_grpo").replacen(
+        "group_size = 4",
+        "group_size = 4, advantage_norm = per_task",
+        1,
+    );
+    assert_eq!(
+        check(&source).unwrap().algorithm.advantage_norm,
+        AdvantageNorm::PerTask
+    );
+}
+
+#[test]
+fn sft_from_and_is_cap_are_checked() {
+    let spec = check(&with("group_size = 4", "group_size = 4, sft = 0.1")).unwrap();
+    assert_eq!(spec.algorithm.sft_from, SftSource::Oracle);
+    assert_eq!(spec.algorithm.is_cap, None);
+    let spec = check(&with(
+        "group_size = 4",
+        "group_size = 4, sft = 0.1, sft_from = successes, is_cap = 2",
+    ))
+    .unwrap();
+    assert_eq!(spec.algorithm.sft_from, SftSource::Successes { keep: 256 });
+    assert_eq!(spec.algorithm.is_cap, Some(2.0));
+    let spec = check(&with(
+        "group_size = 4",
+        "group_size = 4, sft_from = successes(keep = 32), is_cap = none",
+    ))
+    .unwrap();
+    assert_eq!(spec.algorithm.sft_from, SftSource::Successes { keep: 32 });
+
+    let source = with("group_size = 4", "group_size = 4, sft_from = sucesses");
+    let d = error(&source);
+    assert_eq!(d.message, "unknown SFT source `sucesses`");
+    assert_eq!(text(&source, &d), "sucesses");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `successes`?"));
+    let d = error(&with(
+        "group_size = 4",
+        "group_size = 4, sft_from = successes(keep = 0)",
+    ));
+    assert_eq!(d.message, "`keep` must be at least 1");
+    let d = error(&with("group_size = 4", "group_size = 4, sft_from = 3"));
+    assert!(d.message.contains("`sft_from`"), "{}", d.message);
+    let source = with("group_size = 4", "group_size = 4, is_cap = 0.5");
+    let d = error(&source);
+    assert_eq!(d.message, "`is_cap` must be at least 1");
+    assert_eq!(text(&source, &d), "0.5");
 }

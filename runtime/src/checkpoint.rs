@@ -49,8 +49,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::model::Policy;
+use crate::monitor::Monitor;
 use crate::optim::PolicyOptimizer;
-use crate::text::Tokenizer;
+use crate::text::{Tokenizer, Transcript};
 use crate::train::Evaluation;
 
 /// The first bytes of every checkpoint file.
@@ -213,6 +214,12 @@ struct Header {
     after_warmup: Option<Evaluation>,
     skipped_steps: u64,
     metrics_len: u64,
+    /// `sft_from = successes`: the solved episodes held for the SFT term (absent: none).
+    #[serde(default)]
+    successes: Vec<Transcript>,
+    /// The stability monitor's state (absent in files written before it existed: fresh).
+    #[serde(default)]
+    monitor: Monitor,
 }
 
 /// The optimizer of a policy-shaped network (the policy, or PPO's separate critic).
@@ -247,6 +254,10 @@ pub struct Snapshot<'a, B: AutodiffBackend> {
     pub skipped_steps: u64,
     /// Bytes of `metrics.jsonl` written so far.
     pub metrics_len: u64,
+    /// The solved episodes held for `sft_from = successes`, oldest first.
+    pub successes: &'a [Transcript],
+    /// The stability monitor.
+    pub monitor: &'a Monitor,
 }
 
 fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
@@ -274,6 +285,8 @@ impl<B: AutodiffBackend> Snapshot<'_, B> {
             after_warmup: self.after_warmup.cloned(),
             skipped_steps: self.skipped_steps,
             metrics_len: self.metrics_len,
+            successes: self.successes.to_vec(),
+            monitor: self.monitor.clone(),
         };
         let header = serde_json::to_vec(&header).map_err(|e| failed(e.to_string()))?;
         let weights = Recorder::<B>::record(&recorder(), self.policy.clone().into_record(), ())
@@ -606,6 +619,16 @@ impl Checkpoint {
     /// Bytes of `metrics.jsonl` the run had written.
     pub fn metrics_len(&self) -> u64 {
         self.header.metrics_len
+    }
+
+    /// The solved episodes the run held for `sft_from = successes`, oldest first.
+    pub fn successes(&self) -> &[Transcript] {
+        &self.header.successes
+    }
+
+    /// The stability monitor's state.
+    pub fn monitor(&self) -> &Monitor {
+        &self.header.monitor
     }
 
     /// Checks that the checkpoint was written by this experiment: same name, same resolved

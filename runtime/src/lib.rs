@@ -7,7 +7,8 @@
 //! advantages and minimize the clipped policy loss over the agent's tokens only ([`algo`]) —
 //! drawing tasks and turn budgets from the curriculum ([`curriculum`]), and evaluate on held-out
 //! instances. Everything a run records goes to `runs/<experiment>/<run-id>/` ([`metrics`]),
-//! including checkpoints a run resumes from exactly ([`checkpoint`]).
+//! including checkpoints a run resumes from exactly ([`checkpoint`]) and the stability alarms
+//! raised along the way ([`monitor`]).
 //!
 //! The runtime is generic over the burn backend; [`device`] is the one place that names
 //! concrete backends. All randomness flows from the experiment's seed through explicit RNGs.
@@ -20,6 +21,7 @@ pub mod error;
 pub mod experiment;
 pub mod metrics;
 pub mod model;
+pub mod monitor;
 pub mod optim;
 pub mod rollout;
 pub mod tasks;

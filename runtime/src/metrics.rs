@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+use crate::algo::std_dev;
 use crate::error::RunError;
+use crate::monitor::Alert;
 
 /// Success and return of one task over some episodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -19,6 +21,8 @@ pub struct TaskStats {
     pub success: f64,
     /// Mean episode return.
     pub mean_return: f64,
+    /// Standard deviation of the episode returns (unbiased; 0 for one episode).
+    pub return_std: f64,
     /// Mean agent turns.
     pub mean_turns: f64,
 }
@@ -27,7 +31,9 @@ impl TaskStats {
     /// Statistics of `(success, return, turns)` triples.
     pub fn of(outcomes: impl IntoIterator<Item = (bool, f32, u32)>) -> Self {
         let mut stats = TaskStats::default();
+        let mut returns = Vec::new();
         for (success, ret, turns) in outcomes {
+            returns.push(f64::from(ret));
             stats.episodes += 1;
             stats.success += f64::from(u8::from(success));
             stats.mean_return += f64::from(ret);
@@ -39,6 +45,7 @@ impl TaskStats {
             stats.mean_return /= n;
             stats.mean_turns /= n;
         }
+        stats.return_std = std_dev(&returns);
         stats
     }
 }
@@ -86,6 +93,17 @@ pub struct RlRecord {
     pub mean_return: f64,
     /// Standard deviation of the episode returns (collapse to 0 is the echo trap).
     pub reward_std: f64,
+    /// Fraction of the groups of two or more episodes whose members all earned the same
+    /// reward (no signal for group-relative advantages).
+    pub flat_groups: f64,
+    /// Mean of the token advantages trained on.
+    pub advantage_mean: f64,
+    /// Standard deviation of the token advantages trained on.
+    pub advantage_std: f64,
+    /// Smallest token advantage.
+    pub advantage_min: f32,
+    /// Largest token advantage.
+    pub advantage_max: f32,
     /// Total loss.
     pub loss: f32,
     /// Policy-gradient term.
@@ -112,6 +130,18 @@ pub struct RlRecord {
     /// PPO: fraction of agent tokens whose value was clipped in the value loss (last epoch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value_clip_frac: Option<f32>,
+    /// Truncated importance sampling: mean weight over agent tokens (last epoch's start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub is_weight: Option<f32>,
+    /// Truncated importance sampling: fraction of agent tokens whose weight was capped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub is_truncated: Option<f32>,
+    /// `sft_from = successes`: solved episodes held for the SFT term after this step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub successes_kept: Option<usize>,
+    /// Stability alarms that hold this step ([`crate::monitor`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<Alert>,
     /// Agent tokens trained on.
     pub agent_tokens: usize,
     /// Groups kept by the filter, of those rolled out.

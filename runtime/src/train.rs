@@ -3,11 +3,13 @@
 //! One [`Trainer`] owns everything a run mutates (policy, optimizer, RNG, run directory), so the
 //! order of random draws, and therefore the whole run, is fixed by the experiment's seed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use agentry_dsl::spec::{self, AdvantageNorm, AlgorithmKind, Device, KlPlacement, ValueHead};
+use agentry_dsl::spec::{
+    self, AdvantageNorm, AlgorithmKind, Device, KlPlacement, SftSource, ValueHead,
+};
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::{Split, TaskGenerator};
 use burn::module::AutodiffModule;
@@ -18,7 +20,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::algo::loss::{PolicyLossConfig, kl_estimate, scalar};
+use crate::algo::loss::{PolicyLossConfig, kl_estimate, scalar, truncated_is_weights};
 use crate::algo::{
     PolicyLossInput, ValueStats, explained_variance, gae, normalize_by_key, outcome_advantages,
     policy_loss, std_dev, terminal_rewards, value_loss, weigh_negatives, whiten,
@@ -31,6 +33,7 @@ use crate::experiment::Experiment;
 use crate::metrics::{Progress, Record, RlRecord, RunDir, TaskStats};
 use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
+use crate::monitor::Monitor;
 use crate::optim::{PolicyOptimizer, clip_global_norm};
 use crate::rollout::{Episode, EpisodeSpec, demonstration, oracle_text, play};
 use crate::text::{ChatFormat, Tokenizer, Transcript};
@@ -222,6 +225,9 @@ struct Trainer<B: AutodiffBackend> {
     saved: Option<Phase>,
     after_warmup: Option<Evaluation>,
     skipped: u64,
+    /// `sft_from = successes`: the latest solved training episodes, oldest first.
+    successes: VecDeque<Transcript>,
+    monitor: Monitor,
 }
 
 impl<B: AutodiffBackend> Trainer<B> {
@@ -304,6 +310,8 @@ impl<B: AutodiffBackend> Trainer<B> {
         let (mut phase, mut saved, mut after_warmup, mut skipped) = (fresh_phase, None, None, 0);
         let mut reference = None;
         let mut critic = None;
+        let mut successes = VecDeque::new();
+        let mut monitor = Monitor::default();
         let run_dir = match &resume {
             None => RunDir::create(&options.out, &spec.name, spec.seed)?,
             Some(checkpoint) => {
@@ -319,6 +327,8 @@ impl<B: AutodiffBackend> Trainer<B> {
                 saved = Some(phase);
                 after_warmup = checkpoint.after_warmup().cloned();
                 skipped = checkpoint.skipped_steps();
+                successes = checkpoint.successes().iter().cloned().collect();
+                monitor = checkpoint.monitor().clone();
                 let (run_dir, superseded) =
                     RunDir::reopen(&checkpoint.run_dir()?, checkpoint.metrics_len())?;
                 let mut note = format!("resuming from {} ({phase})", checkpoint.path().display());
@@ -366,6 +376,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             saved,
             after_warmup,
             skipped,
+            successes,
+            monitor,
         })
     }
 
@@ -429,8 +441,13 @@ impl<B: AutodiffBackend> Trainer<B> {
             out.println(format!("step {done}: success {}", describe(&evaluation)));
         }
         for step in done + 1..=steps {
-            let record = self.rl_step(step)?;
+            let mut record = self.rl_step(step)?;
             self.skipped += u64::from(record.skipped);
+            let (alerts, started) = self.monitor.observe(&record);
+            record.alerts = alerts;
+            for message in started {
+                out.println(format!("warning: {message}"));
+            }
             let mut line = format!(
                 "success {:.2} | return {:.2} | loss {:+.4} | entropy {:.2}",
                 record.success, record.mean_return, record.loss, record.entropy
@@ -578,6 +595,16 @@ impl<B: AutodiffBackend> Trainer<B> {
             episodes.iter().filter(|e| e.success).count() as f64 / episodes.len() as f64;
         record.mean_return = returns.iter().sum::<f64>() / returns.len() as f64;
         record.reward_std = std_dev(&returns);
+        record.flat_groups = flat_groups(&episodes);
+        if let SftSource::Successes { keep } = algorithm.sft_from {
+            let solved = episodes
+                .iter()
+                .filter(|e| e.success && !e.transcript.tokens.is_empty());
+            self.successes.extend(solved.map(|e| e.transcript.clone()));
+            let excess = self.successes.len().saturating_sub(keep);
+            self.successes.drain(..excess);
+            record.successes_kept = Some(self.successes.len());
+        }
 
         if algorithm.kl.placement == KlPlacement::Reward {
             self.penalize_kl(&mut episodes);
@@ -586,7 +613,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         record.groups_kept = episodes
             .iter()
             .map(|e| e.spec.group)
-            .collect::<std::collections::BTreeSet<_>>()
+            .collect::<BTreeSet<_>>()
             .len();
         // PPO: the critic's values at the rollout (no gradient), then GAE on them.
         let old_values = match algorithm.kind {
@@ -595,6 +622,13 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         let (advantages, returns) = self.token_advantages(&episodes, old_values.as_deref());
         record.agent_tokens = advantages.iter().map(Vec::len).sum();
+        let flat: Vec<f64> = advantages.iter().flatten().map(|a| f64::from(*a)).collect();
+        if !flat.is_empty() {
+            record.advantage_mean = flat.iter().sum::<f64>() / flat.len() as f64;
+            record.advantage_std = std_dev(&flat);
+            record.advantage_min = flat.iter().copied().fold(f64::INFINITY, f64::min) as f32;
+            record.advantage_max = flat.iter().copied().fold(f64::NEG_INFINITY, f64::max) as f32;
+        }
         let critic_targets = match (&old_values, &returns) {
             (Some(values), Some(returns)) => {
                 let (values, returns): (Vec<f32>, Vec<f32>) = (values.concat(), returns.concat());
@@ -639,6 +673,33 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
         let pad = self.chat.tokenizer().pad();
+        // Truncated importance sampling: the ratio is taken against the policy the update
+        // starts from, and each token weighed by how much likelier that policy finds it than
+        // the one that sampled it, capped.
+        let (old_logprobs, is_weights) = match algorithm.is_cap {
+            None => (batch.old_logprobs.clone(), None),
+            Some(cap) => {
+                let start = score_in_buckets(
+                    &self.policy.valid(),
+                    &transcripts,
+                    pad,
+                    width,
+                    temperature,
+                    Want::LogProbs,
+                )
+                .logprobs;
+                let start = Tensor::<B, 2>::from_inner(start);
+                let (weights, stats) = truncated_is_weights(
+                    start.clone(),
+                    batch.old_logprobs.clone(),
+                    batch.mask.clone(),
+                    cap,
+                );
+                record.is_weight = Some(stats.mean);
+                record.is_truncated = Some(stats.truncated);
+                (start, Some(weights))
+            }
+        };
         // A shared trunk reads the values in the policy's own forward pass.
         let shared = value_targets.is_some() && self.critic.is_none();
         let want = if shared { Want::Both } else { Want::Policy };
@@ -648,7 +709,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             let (mut loss, stats) = policy_loss(
                 PolicyLossInput {
                     logprobs: scores.logprobs,
-                    old_logprobs: batch.old_logprobs.clone(),
+                    old_logprobs: old_logprobs.clone(),
+                    is_weights: is_weights.clone(),
                     advantages: batch.advantages.clone(),
                     mask: batch.mask.clone(),
                     entropy: scores.entropy,
@@ -670,9 +732,13 @@ impl<B: AutodiffBackend> Trainer<B> {
                 record.value_loss = Some(value_stats.loss);
                 record.value_clip_frac = Some(value_stats.clip_frac);
             }
-            if record.sft_alpha > 0.0 && !self.demos.is_empty() {
+            let pool: Vec<&Transcript> = match algorithm.sft_from {
+                SftSource::Oracle => self.demos.iter().collect(),
+                SftSource::Successes { .. } => self.successes.iter().collect(),
+            };
+            if record.sft_alpha > 0.0 && !pool.is_empty() {
                 let demos: Vec<&Transcript> = (0..group_size.max(4))
-                    .map(|_| &self.demos[self.rng.random_range(0..self.demos.len())])
+                    .map(|_| pool[self.rng.random_range(0..pool.len())])
                     .collect();
                 loss = loss + self.padded::<B>(&demos).nll(&self.policy) * record.sft_alpha;
             }
@@ -760,10 +826,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 }
             }
         }
-        let whitened = matches!(
-            algorithm.kind,
-            AlgorithmKind::ReinforcePp | AlgorithmKind::Ppo
-        );
+        let whitened = algorithm.kind.whitens();
         if whitened {
             whiten(&mut flat);
         }
@@ -962,6 +1025,7 @@ impl<B: AutodiffBackend> Trainer<B> {
 
     /// Writes a checkpoint of where the run stands (see [`crate::checkpoint`]).
     fn checkpoint(&mut self) -> Result<(), RunError> {
+        self.successes.make_contiguous();
         Snapshot {
             spec: &self.spec,
             task_versions: &self.task_versions,
@@ -975,6 +1039,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             after_warmup: self.after_warmup.as_ref(),
             skipped_steps: self.skipped,
             metrics_len: self.run_dir.metrics_len()?,
+            successes: self.successes.as_slices().0,
+            monitor: &self.monitor,
         }
         .save(self.run_dir.path())?;
         self.saved = Some(self.phase);
@@ -1254,6 +1320,27 @@ fn filter_groups(episodes: Vec<Episode>, filter: spec::Filter) -> Vec<Episode> {
         .into_iter()
         .filter(|e| kept.contains(&e.spec.group))
         .collect()
+}
+
+/// Fraction of the groups of two or more episodes whose members all earned the same reward;
+/// 0 without such groups.
+fn flat_groups(episodes: &[Episode]) -> f64 {
+    let mut rewards: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
+    for episode in episodes {
+        rewards
+            .entry(episode.spec.group)
+            .or_default()
+            .push(episode.reward);
+    }
+    let sized: Vec<&Vec<f32>> = rewards.values().filter(|r| r.len() >= 2).collect();
+    if sized.is_empty() {
+        return 0.0;
+    }
+    let flat = sized
+        .iter()
+        .filter(|r| r.iter().all(|x| *x == r[0]))
+        .count();
+    flat as f64 / sized.len() as f64
 }
 
 fn split_name(split: spec::Split) -> &'static str {

@@ -5,12 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
+use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall, ToolSchema};
 use agentry_runtime::checkpoint::{Checkpoint, CheckpointError, FORMAT_VERSION};
 use agentry_runtime::model::hf::load_policy;
 use agentry_runtime::model::{Policy, PolicyConfig};
 use agentry_runtime::optim::PolicyOptimizer;
 use agentry_runtime::text::Tokenizer;
-use agentry_runtime::{Interpreted, RunError, RunOptions, RunSummary};
+use agentry_runtime::{Experiment, Interpreted, RunError, RunOptions, RunSummary};
 use burn::backend::{Autodiff, Flex};
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
@@ -68,6 +69,15 @@ fn run(
     steps: u64,
     resume: Option<&Path>,
 ) -> Result<RunSummary, RunError> {
+    run_experiment(&experiment(source), out, steps, resume)
+}
+
+fn run_experiment(
+    experiment: &dyn Experiment,
+    out: &Path,
+    steps: u64,
+    resume: Option<&Path>,
+) -> Result<RunSummary, RunError> {
     let options = RunOptions {
         out: out.to_path_buf(),
         steps: Some(steps),
@@ -75,11 +85,7 @@ fn run(
         resume: resume.map(Path::to_path_buf),
         ..RunOptions::default()
     };
-    agentry_runtime::train::run_on::<Autodiff<Flex>>(
-        &experiment(source),
-        &options,
-        Default::default(),
-    )
+    agentry_runtime::train::run_on::<Autodiff<Flex>>(experiment, &options, Default::default())
 }
 
 /// The metrics lines with wall-clock fields removed (everything else must match exactly).
@@ -676,4 +682,117 @@ fn missing_checkpoints_are_reported() {
         message.contains("resumes in its own directory"),
         "{message}"
     );
+}
+
+/// `Present`: a task won by taking part. Every episode counts as solved, however it ends (a
+/// `done()` call earns reward 1 and ends it; anything else runs to the turn limit), so even
+/// the tiny untrained policy fills the buffer of `sft_from = successes`.
+#[derive(Default)]
+struct Present;
+
+#[derive(Clone)]
+struct PresentEpisode {
+    over: bool,
+}
+
+impl TaskGenerator for Present {
+    fn version(&self) -> &str {
+        "present-1"
+    }
+
+    fn instance(&self, _: Split, _: u8, _: u64) -> Box<dyn Environment> {
+        Box::new(PresentEpisode { over: false })
+    }
+}
+
+impl Environment for PresentEpisode {
+    fn reset(&mut self) -> Reset {
+        Reset {
+            instruction: "say done".into(),
+            tools: vec![ToolSchema::new("done", "end the episode", vec![])],
+        }
+    }
+
+    fn step(&mut self, call: &ToolCall) -> Step {
+        if call.name != "done" {
+            return Step {
+                observation: "Error: the only tool is done()".into(),
+                reward: 0.0,
+                status: Status::InvalidAction,
+            };
+        }
+        self.over = true;
+        Step {
+            observation: "done".into(),
+            reward: 1.0,
+            status: Status::Completed,
+        }
+    }
+
+    fn oracle(&self) -> Option<ToolCall> {
+        (!self.over).then(|| ToolCall::new("done", []))
+    }
+
+    fn success(&self) -> bool {
+        true
+    }
+
+    fn box_clone(&self) -> Box<dyn Environment> {
+        Box::new(self.clone())
+    }
+}
+
+/// An experiment whose task `present` is [`Present`].
+struct WithPresent(agentry_dsl::spec::Experiment);
+
+impl Experiment for WithPresent {
+    fn spec(&self) -> agentry_dsl::spec::Experiment {
+        self.0.clone()
+    }
+
+    fn user_task(&self, name: &str) -> Option<Box<dyn TaskGenerator>> {
+        (name == "present").then(|| Box::new(Present) as Box<dyn TaskGenerator>)
+    }
+}
+
+#[test]
+fn sft_from_successes_and_truncated_importance_sampling_resume_exactly() {
+    let _guard = serial();
+    let source = TINY
+        .replace(
+            "task kg { env = kg, max_turns = 2, difficulty = 1 }",
+            "task present { env = crate::Present, max_turns = 2 }",
+        )
+        .replace(
+            "sft = constant(0.1) }",
+            "sft = constant(0.5), sft_from = successes(keep = 6), is_cap = 2, epochs = 2 }",
+        )
+        .replace("tiny_resume", "tiny_successes");
+    let experiment = WithPresent(agentry_dsl::check(&source).expect("the experiment checks"));
+    let straight = run_experiment(&experiment, &scratch("successes-straight"), 4, None).unwrap();
+    let expected = metrics(&straight.run_dir);
+    let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
+    assert_eq!(rl.len(), 4);
+    // Four episodes a step, all solved, kept up to six.
+    let kept: Vec<u64> = rl
+        .iter()
+        .map(|l| l["successes_kept"].as_u64().unwrap())
+        .collect();
+    assert_eq!(kept, [4, 6, 6, 6]);
+    for line in &rl {
+        assert_eq!(line["skipped"], false, "{line}");
+        // The update starts from the policy that sampled: the weights are 1 up to the
+        // numerical difference of cached sampling and batched scoring.
+        let weight = line["is_weight"].as_f64().unwrap();
+        assert!((weight - 1.0).abs() < 1e-3, "is_weight {weight}");
+        assert_eq!(line["is_truncated"].as_f64(), Some(0.0));
+    }
+
+    let out = scratch("successes-split");
+    let first = run_experiment(&experiment, &out, 2, None).unwrap();
+    let checkpoint = Checkpoint::read(&first.run_dir.join("checkpoints/rl-000002.ckpt")).unwrap();
+    assert_eq!(checkpoint.successes().len(), 6);
+    let resumed = run_experiment(&experiment, &out, 4, Some(&first.run_dir)).unwrap();
+    assert_eq!(metrics(&resumed.run_dir), expected);
+    same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
 }

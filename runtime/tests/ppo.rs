@@ -160,6 +160,7 @@ fn fit(with_policy_loss: bool, updates: usize) -> (f32, f32) {
                 PolicyLossInput {
                     logprobs: scores.logprobs,
                     old_logprobs: old_logprobs.clone(),
+                    is_weights: None,
                     advantages: targets.clone(),
                     mask: mask.clone(),
                     entropy: scores.entropy,

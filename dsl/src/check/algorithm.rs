@@ -4,16 +4,18 @@ use crate::ast::{Ident, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
 use crate::spec::{
     AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Clip, Filter, Kl, KlEstimator,
-    KlPlacement, Model, Schedule, ValueHead,
+    KlPlacement, Model, Schedule, SftSource, ValueHead,
 };
 
 use super::table::Interval;
 use super::{Checker, Section};
 
-const KINDS: [(&str, AlgorithmKind); 4] = [
+const KINDS: [(&str, AlgorithmKind); 6] = [
     ("grpo", AlgorithmKind::Grpo),
+    ("dr_grpo", AlgorithmKind::DrGrpo),
     ("rloo", AlgorithmKind::Rloo),
     ("reinforce_pp", AlgorithmKind::ReinforcePp),
+    ("reinforce_pp_baseline", AlgorithmKind::ReinforcePpBaseline),
     ("ppo", AlgorithmKind::Ppo),
 ];
 
@@ -26,6 +28,8 @@ const KEYS: &[&str] = &[
     "advantage_norm",
     "aggregation",
     "sft",
+    "sft_from",
+    "is_cap",
     "filter",
     "negative_weight",
     "gamma",
@@ -53,7 +57,7 @@ impl Checker {
         let kind_ident = section.name?;
         let kind = self.algorithm_kind(kind_ident);
         let table = self.table(section.body, "algorithm", KEYS);
-        let grouped = matches!(kind, Some(AlgorithmKind::Grpo | AlgorithmKind::Rloo));
+        let grouped = kind.is_some_and(AlgorithmKind::is_grouped);
 
         if let (Some(AlgorithmKind::Ppo), Some(model)) = (kind, model)
             && model.value_head == ValueHead::None
@@ -127,8 +131,24 @@ impl Checker {
                 ],
             ),
             None if kind == Some(AlgorithmKind::Grpo) => Some(AdvantageNorm::Group),
+            None if kind == Some(AlgorithmKind::DrGrpo) => Some(AdvantageNorm::None),
             None => Some(AdvantageNorm::Batch),
         };
+        if let (Some(AlgorithmKind::DrGrpo), Some(v), Some(AdvantageNorm::Group)) =
+            (kind, table.get("advantage_norm"), advantage_norm)
+        {
+            self.error(
+                Diagnostic::new(
+                    v.span,
+                    "`advantage_norm = group` undoes Dr. GRPO",
+                    "divides by the group's std again",
+                )
+                .with_hint(
+                    "Dr. GRPO is GRPO without the division by the group's std; use `algorithm \
+                     grpo` for that, or `none`, `batch` or `per_task` here",
+                ),
+            );
+        }
         let aggregation = match table.get("aggregation") {
             Some(v) => self.choice(
                 "aggregation",
@@ -139,11 +159,23 @@ impl Checker {
                     ("seq_mean_token_mean", Aggregation::SeqMeanTokenMean),
                 ],
             ),
+            None if kind == Some(AlgorithmKind::DrGrpo) => Some(Aggregation::SeqMeanTokenSum),
             None => Some(Aggregation::TokenMean),
         };
         let sft = match table.get("sft") {
             Some(v) => self.schedule("sft", v),
             None => Some(Schedule::Constant(0.0)),
+        };
+        let sft_from = match table.get("sft_from") {
+            Some(v) => self.sft_source(v),
+            None => Some(SftSource::Oracle),
+        };
+        let is_cap = match table.get("is_cap") {
+            Some(v) if Self::is_none(v) => Some(None),
+            Some(v) => self
+                .number_in("is_cap", v, Interval::at_least(1.0))
+                .map(Some),
+            None => Some(None),
         };
         let filter = match table.get("filter") {
             Some(v) => self.filter(v),
@@ -204,6 +236,8 @@ impl Checker {
             advantage_norm: advantage_norm?,
             aggregation: aggregation?,
             sft: sft?,
+            sft_from: sft_from?,
+            is_cap: is_cap?,
             filter: filter?,
             negative_weight: negative_weight?,
             gamma: gamma?,
@@ -365,6 +399,45 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// `sft_from = oracle | successes | successes(keep = n)`.
+    fn sft_source(&mut self, value: &Value) -> Option<SftSource> {
+        const DEFAULT_KEEP: usize = 256;
+        let source = match &value.kind {
+            ValueKind::Ident(n) if n == "oracle" => SftSource::Oracle,
+            ValueKind::Ident(n) if n == "successes" => SftSource::Successes { keep: DEFAULT_KEEP },
+            ValueKind::Call { name, args } if name.name == "successes" => {
+                let args = self.args(name, args, 0, &["keep"])?;
+                let keep = match args.named("keep") {
+                    Some(v) => self.size("keep", v, 1)?,
+                    None => DEFAULT_KEEP,
+                };
+                SftSource::Successes { keep }
+            }
+            ValueKind::Ident(n)
+            | ValueKind::Call {
+                name: Ident { name: n, .. },
+                ..
+            } => {
+                let hint = suggest(n, ["oracle", "successes"])
+                    .unwrap_or_else(|| "the sources are `oracle` and `successes(keep = n)`".into());
+                self.error(
+                    Diagnostic::new(
+                        value.span,
+                        format!("unknown SFT source `{n}`"),
+                        "unknown source",
+                    )
+                    .with_hint(hint),
+                );
+                return None;
+            }
+            _ => {
+                self.wrong_type("sft_from", value, "`oracle` or `successes(keep = n)`");
+                return None;
+            }
+        };
+        Some(source)
     }
 
     /// `filter = none | reward_std(keep = f)`.

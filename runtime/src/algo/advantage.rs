@@ -10,8 +10,9 @@ pub const WHITEN_EPS: f64 = 1e-8;
 /// The advantage of each trajectory from its scalar reward.
 ///
 /// `groups[i]` names the group (same prompt) of trajectory `i`. GRPO: `(r - mean_g) /
-/// (std_g + 1e-6)` with an unbiased std, a singleton group having mean 0 and std 1. RLOO: `r`
-/// minus the mean of the other members (`r` itself for a singleton). REINFORCE++: the raw
+/// (std_g + 1e-6)` with an unbiased std, a singleton group having mean 0 and std 1. Dr. GRPO and
+/// REINFORCE++-baseline: `r - mean_g` (the latter is whitened over the batch afterwards). RLOO:
+/// `r` minus the mean of the other members (`r` itself for a singleton). REINFORCE++: the raw
 /// return; whitening over the batch's tokens happens in [`whiten`]. PPO needs a critic and is not
 /// an outcome estimator, so it returns `None`.
 pub fn outcome_advantages(
@@ -40,6 +41,17 @@ pub fn outcome_advantages(
                         mean_std(&m)
                     };
                     ((f64::from(*r) - mean) / (std + STD_EPS)) as f32
+                })
+                .collect(),
+        ),
+        AlgorithmKind::DrGrpo | AlgorithmKind::ReinforcePpBaseline => Some(
+            rewards
+                .iter()
+                .zip(groups)
+                .map(|(r, g)| {
+                    let m = members(*g);
+                    let mean = m.iter().sum::<f64>() / m.len() as f64;
+                    (f64::from(*r) - mean) as f32
                 })
                 .collect(),
         ),
@@ -187,6 +199,16 @@ mod tests {
     }
 
     #[test]
+    fn dr_grpo_and_reinforce_pp_baseline_subtract_the_group_mean_only() {
+        // Group 0: 1, 0, 0, 0 (mean 0.25); group 1: 2, 4 (mean 3).
+        for kind in [AlgorithmKind::DrGrpo, AlgorithmKind::ReinforcePpBaseline] {
+            let a = outcome_advantages(kind, &[1.0, 0.0, 0.0, 0.0, 2.0, 4.0], &[0, 0, 0, 0, 1, 1])
+                .unwrap();
+            close(&a, &[0.75, -0.25, -0.25, -0.25, -1.0, 1.0]);
+        }
+    }
+
+    #[test]
     fn rloo_subtracts_the_mean_of_the_others() {
         let a = outcome_advantages(AlgorithmKind::Rloo, &[1.0, 0.0, 0.5], &[0, 0, 0]).unwrap();
         close(&a, &[0.75, -0.75, 0.0]);
@@ -208,6 +230,93 @@ mod tests {
         // mean 1, unbiased var 1.
         let s = 1.0 / (1.0f64 + 1e-8).sqrt();
         close(&v, &[-s as f32, 0.0, s as f32]);
+    }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// Rewards with their group ids: up to 6 groups of 2 to 6 members. Rewards are
+        /// multiples of 1/8 in [-5, 5] (partial credit), so shifted sums stay exact in f32.
+        fn grouped_rewards() -> impl Strategy<Value = (Vec<f32>, Vec<usize>)> {
+            let reward = (-40i32..=40).prop_map(|k| k as f32 / 8.0);
+            prop::collection::vec(prop::collection::vec(reward, 2..=6), 1..=6).prop_map(|groups| {
+                let groups_of = groups
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(g, m)| std::iter::repeat_n(g, m.len()))
+                    .collect();
+                (groups.concat(), groups_of)
+            })
+        }
+
+        proptest! {
+            /// AgentRL's task advantage normalization: every task with at least two tokens of
+            /// distinct values ends at mean 0 and unbiased standard deviation 1.
+            #[test]
+            fn per_task_normalization_gives_zero_mean_and_unit_std_per_task(
+                tokens in prop::collection::vec((-50.0f32..50.0, 0usize..4), 2..200)
+            ) {
+                let (mut values, tasks): (Vec<f32>, Vec<usize>) = tokens.into_iter().unzip();
+                let spread: Vec<bool> = (0..4)
+                    .map(|t| {
+                        let v: Vec<f64> = values.iter().zip(&tasks)
+                            .filter(|(_, k)| **k == t).map(|(v, _)| f64::from(*v)).collect();
+                        std_dev(&v) > 1e-2
+                    })
+                    .collect();
+                normalize_by_key(&mut values, &tasks);
+                for task in (0..4).filter(|t| spread[*t]) {
+                    let v: Vec<f64> = values.iter().zip(&tasks)
+                        .filter(|(_, k)| **k == task).map(|(v, _)| f64::from(*v)).collect();
+                    let mean = v.iter().sum::<f64>() / v.len() as f64;
+                    prop_assert!(mean.abs() < 1e-4, "task {task}: mean {mean}");
+                    prop_assert!((std_dev(&v) - 1.0).abs() < 1e-3, "task {task}: std {}", std_dev(&v));
+                }
+            }
+
+            /// The group-relative estimators see only differences within a group: adding a
+            /// constant to every reward changes no advantage.
+            #[test]
+            fn group_relative_estimators_ignore_a_constant_reward_shift(
+                (rewards, groups) in grouped_rewards(), shift in (-80i32..=80).prop_map(|k| k as f32 / 8.0)
+            ) {
+                let shifted: Vec<f32> = rewards.iter().map(|r| r + shift).collect();
+                for kind in [
+                    AlgorithmKind::Grpo,
+                    AlgorithmKind::DrGrpo,
+                    AlgorithmKind::Rloo,
+                    AlgorithmKind::ReinforcePpBaseline,
+                ] {
+                    let a = outcome_advantages(kind, &rewards, &groups).unwrap();
+                    let b = outcome_advantages(kind, &shifted, &groups).unwrap();
+                    for (x, y) in a.iter().zip(&b) {
+                        prop_assert!((x - y).abs() < 1e-5, "{}: {x} vs {y}", kind.name());
+                    }
+                }
+            }
+
+            /// GRPO's advantages within each group of distinct rewards have mean 0 and
+            /// unbiased std 1 (up to the 1e-6 guard).
+            #[test]
+            fn grpo_advantages_are_standardized_within_each_group(
+                (rewards, groups) in grouped_rewards()
+            ) {
+                let a = outcome_advantages(AlgorithmKind::Grpo, &rewards, &groups).unwrap();
+                for g in 0..=*groups.iter().max().unwrap() {
+                    let r: Vec<f64> = rewards.iter().zip(&groups)
+                        .filter(|(_, k)| **k == g).map(|(v, _)| f64::from(*v)).collect();
+                    if std_dev(&r) < 1e-2 {
+                        continue;
+                    }
+                    let v: Vec<f64> = a.iter().zip(&groups)
+                        .filter(|(_, k)| **k == g).map(|(v, _)| f64::from(*v)).collect();
+                    let mean = v.iter().sum::<f64>() / v.len() as f64;
+                    prop_assert!(mean.abs() < 1e-4);
+                    prop_assert!((std_dev(&v) - 1.0).abs() < 1e-3);
+                }
+            }
+        }
     }
 
     #[test]

@@ -10,8 +10,13 @@ use burn::tensor::{Tensor, backend::Backend};
 pub struct PolicyLossInput<B: Backend> {
     /// Log-probabilities of the sampled tokens under the policy being trained.
     pub logprobs: Tensor<B, 2>,
-    /// Log-probabilities recorded when the tokens were sampled (the behaviour policy).
+    /// The denominator of the ratio: the log-probabilities recorded when the tokens were
+    /// sampled (the behaviour policy), or with truncated importance sampling those of the
+    /// policy the update started from.
     pub old_logprobs: Tensor<B, 2>,
+    /// Truncated importance-sampling weights ([`truncated_is_weights`]), multiplying each
+    /// token's loss; `None` weighs every token 1.
+    pub is_weights: Option<Tensor<B, 2>>,
     /// Advantage of each token.
     pub advantages: Tensor<B, 2>,
     /// The agent mask, as 0/1 floats.
@@ -64,6 +69,7 @@ pub fn policy_loss<B: Backend>(
     let PolicyLossInput {
         logprobs,
         old_logprobs,
+        is_weights,
         advantages,
         mask,
         entropy,
@@ -80,6 +86,9 @@ pub fn policy_loss<B: Backend>(
         let capped = per_token.clone().min_pair(advantages.clone().neg() * c);
         let negative = advantages.clone().lower_elem(0.0);
         per_token = per_token.mask_where(negative, capped);
+    }
+    if let Some(weights) = is_weights {
+        per_token = per_token * weights;
     }
     let policy = aggregate(per_token, mask.clone(), config.aggregation);
 
@@ -106,6 +115,40 @@ pub fn policy_loss<B: Backend>(
         clip_high: scalar(high.sum() / agent_tokens),
     };
     (loss, stats)
+}
+
+/// Truncated importance sampling (TIS): per token `min(exp(old - behaviour), cap)`, detached,
+/// with its mean and the fraction of agent tokens at the cap.
+///
+/// The clipped ratio corrects for the policy moving during the update (`π_θ / π_old`); these
+/// weights correct for the tokens having been sampled by another policy than `π_old` at all:
+/// a stale engine, or an inference path whose numerics differ from training's. The cap bounds
+/// the variance a rare token with a large ratio would add (Yao et al., 2025; verl's
+/// `tis_imp_ratio_cap`). All tensors `[sequences, positions]`; `mask` is the agent mask.
+pub fn truncated_is_weights<B: Backend>(
+    old_logprobs: Tensor<B, 2>,
+    behaviour_logprobs: Tensor<B, 2>,
+    mask: Tensor<B, 2>,
+    cap: f64,
+) -> (Tensor<B, 2>, IsStats) {
+    let ratio = (old_logprobs - behaviour_logprobs).exp();
+    let capped = ratio.clone().greater_equal_elem(cap).float() * mask.clone();
+    let weights = ratio.clamp_max(cap) * mask.clone();
+    let tokens = mask.sum().clamp_min(1.0);
+    let stats = IsStats {
+        mean: scalar(weights.clone().sum() / tokens.clone()),
+        truncated: scalar(capped.sum() / tokens),
+    };
+    (weights, stats)
+}
+
+/// The importance weights' scalars, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IsStats {
+    /// Mean weight over agent tokens (1 when behaviour and update start agree).
+    pub mean: f32,
+    /// Fraction of agent tokens whose weight was capped.
+    pub truncated: f32,
 }
 
 /// The value loss's scalars, for metrics.
@@ -238,6 +281,7 @@ mod tests {
         PolicyLossInput {
             logprobs: t(logp),
             old_logprobs: t(old),
+            is_weights: None,
             advantages: t(adv),
             mask: t(mask),
             entropy: t(mask),
@@ -336,6 +380,35 @@ mod tests {
     }
 
     #[test]
+    fn truncated_is_weights_cap_the_ratio_and_scale_token_losses() {
+        // exp(old - behaviour): e^0 = 1, e^1 = 2.718 (capped at 2), e^-0.5 = 0.6065, masked.
+        let (weights, stats) = truncated_is_weights(
+            t(&[&[-1.0, -0.5], &[-2.0, 0.0]]),
+            t(&[&[-1.0, -1.5], &[-1.5, -9.0]]),
+            t(&[&[1.0, 1.0], &[1.0, 0.0]]),
+            2.0,
+        );
+        let w = weights.clone().into_data().into_vec::<f32>().unwrap();
+        let e = (-0.5f32).exp();
+        for (got, want) in w.iter().zip([1.0, 2.0, e, 0.0]) {
+            assert!((got - want).abs() < 1e-6, "{w:?}");
+        }
+        assert!((stats.mean - (1.0 + 2.0 + e) / 3.0).abs() < 1e-6);
+        assert!((stats.truncated - 1.0 / 3.0).abs() < 1e-6);
+        // Ratio 1 everywhere (logp = old): each token's loss is -A, scaled by its weight.
+        let mut weighted = input(
+            &[&[0.0, 0.0], &[0.0, 0.0]],
+            &[&[0.0, 0.0], &[0.0, 0.0]],
+            &[&[1.0, -1.0], &[2.0, 5.0]],
+            &[&[1.0, 1.0], &[1.0, 0.0]],
+        );
+        weighted.is_weights = Some(weights);
+        let (loss, _) = policy_loss(weighted, &config(Aggregation::TokenMean));
+        let expected = (-1.0 + 2.0 - 2.0 * e) / 3.0;
+        assert!((scalar(loss) - expected).abs() < 1e-5);
+    }
+
+    #[test]
     fn policy_loss_gradient_matches_central_differences() {
         use burn::backend::Autodiff;
         type AD = Autodiff<Flex>;
@@ -349,6 +422,7 @@ mod tests {
         let mask = [&[1.0, 1.0, 1.0, 1.0][..], &[1.0, 1.0, 1.0, 0.0]];
         let entropy = [&[0.5, 1.0, 0.3, 0.2][..], &[0.9, 0.1, 0.4, 0.6]];
         let reference = [&[-1.2, -0.5, -2.2, -0.9][..], &[-0.3, -1.7, -0.4, -2.0]];
+        let weights = [&[1.0, 0.5, 2.0, 1.3][..], &[0.8, 1.0, 1.7, 2.0]];
         let mut cfg = config(Aggregation::SeqMeanTokenMean);
         cfg.dual_clip = Some(3.0);
         cfg.entropy_coef = 0.01;
@@ -365,6 +439,7 @@ mod tests {
                 PolicyLossInput {
                     logprobs: logprobs.clone(),
                     old_logprobs: tensor(&old),
+                    is_weights: Some(tensor(&weights)),
                     advantages: tensor(&adv),
                     mask: tensor(&mask),
                     entropy: tensor(&entropy),

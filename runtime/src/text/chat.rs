@@ -28,7 +28,7 @@ use super::hf::TurnMarkers;
 use super::tokenizer::{Special, Tokenizer};
 
 /// A rendered conversation: tokens, and which of them the policy generated.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Transcript {
     /// Every token of the conversation so far.
     pub tokens: Vec<u32>,
