@@ -13,7 +13,7 @@ use proc_macro2::{Ident, Literal, Span, TokenStream};
 use quote::quote;
 
 use crate::spec::{
-    AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Arch, BuiltinEnv, Clip, Device,
+    AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Arch, BuiltinEnv, Clip, Credit, Device,
     Difficulty, EnvRef, Eval, Experiment, Filter, Kl, KlEstimator, KlPlacement, Model, Optimizer,
     Pool, PoolMode, Schedule, SftSource, Split, Stage, Sweep, Task, Train, ValueHead, Warmup,
 };
@@ -366,6 +366,13 @@ fn algorithm(a: &Algorithm) -> TokenStream {
     };
     let is_cap = option(&a.is_cap, |c| float(*c));
     let negative_weight = float(a.negative_weight);
+    let credit = variant(
+        "Credit",
+        match a.credit {
+            Credit::Outcome => "Outcome",
+            Credit::Turn => "Turn",
+        },
+    );
     let (gamma, lambda) = (float(a.gamma), float(a.lambda));
     let epochs = size(a.epochs);
     let grad_clip = option(&a.grad_clip, |c| float(*c));
@@ -385,6 +392,7 @@ fn algorithm(a: &Algorithm) -> TokenStream {
             is_cap: #is_cap,
             filter: #filter,
             negative_weight: #negative_weight,
+            credit: #credit,
             gamma: #gamma,
             lambda: #lambda,
             epochs: #epochs,

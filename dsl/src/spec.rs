@@ -248,7 +248,10 @@ pub struct Algorithm {
     /// Weight of negative (below-baseline) advantages after normalization, in [0, 1]. 1, the
     /// default, is the estimator as published; 0 only reinforces better-than-baseline samples.
     pub negative_weight: f64,
-    /// Discount across turns, in (0, 1]. Default 1.
+    /// Which tokens a reward is credited to. Default outcome.
+    pub credit: Credit,
+    /// Discount, in (0, 1]: across turns with `credit = turn`, across agent tokens in PPO's
+    /// GAE. Default 1.
     pub gamma: f64,
     /// GAE λ (PPO), in [0, 1]. Default 0.95.
     pub lambda: f64,
@@ -443,6 +446,18 @@ impl Schedule {
             }
         }
     }
+}
+
+/// Credit assignment: which tokens a reward is credited to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Credit {
+    /// The episode's total reward, credited to every agent token alike.
+    Outcome,
+    /// Each turn's tokens get the discounted return from that turn on, so a reward credits
+    /// the turn that earned it and (discounted by `gamma`) the turns before it, never later
+    /// ones. With rewards only at the end and `gamma = 1` this is `outcome`.
+    Turn,
 }
 
 /// The demonstrations of the SFT term in RL + α·SFT.

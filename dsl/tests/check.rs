@@ -4,8 +4,8 @@ mod common;
 
 use agentry_dsl::check;
 use agentry_dsl::spec::{
-    AdvantageNorm, Aggregation, AlgorithmKind, Arch, EnvRef, KlEstimator, KlPlacement, Optimizer,
-    PoolMode, Schedule, SftSource, Split,
+    AdvantageNorm, Aggregation, AlgorithmKind, Arch, Credit, EnvRef, KlEstimator, KlPlacement,
+    Optimizer, PoolMode, Schedule, SftSource, Split,
 };
 use common::{MINIMAL, MULTITASK, at, error, errors, text};
 
@@ -825,4 +825,20 @@ fn sft_from_and_is_cap_are_checked() {
     let d = error(&source);
     assert_eq!(d.message, "`is_cap` must be at least 1");
     assert_eq!(text(&source, &d), "0.5");
+}
+
+#[test]
+fn credit_is_outcome_or_turn() {
+    let spec = check(MINIMAL).unwrap();
+    assert_eq!(spec.algorithm.credit, Credit::Outcome);
+    let spec = check(&with(
+        "group_size = 4",
+        "group_size = 4, credit = turn, gamma = 0.9",
+    ))
+    .unwrap();
+    assert_eq!(spec.algorithm.credit, Credit::Turn);
+    let source = with("group_size = 4", "group_size = 4, credit = turns");
+    let d = error(&source);
+    assert_eq!(d.message, "unknown value `turns` for `credit`");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `turn`?"));
 }

@@ -29,8 +29,10 @@ pub const BASELINE_STEPS: usize = 5;
 pub const ENTROPY_COLLAPSE_FRACTION: f64 = 0.1;
 /// Reward spread below this fraction of its baseline is the echo trap…
 pub const ECHO_SPREAD_FRACTION: f64 = 0.1;
-/// …and so is a step where at least this fraction of the groups have no reward spread at all.
+/// …and so is a step where at least this fraction of the groups have no reward spread at all…
 pub const ECHO_FLAT_GROUPS: f64 = 0.9;
+/// …for this many consecutive steps (one flat batch is chance; a run of them is a collapse).
+pub const ECHO_PATIENCE: u32 = 3;
 
 /// One instability the monitor recognises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -42,9 +44,9 @@ pub enum Alert {
     /// The entropy fell below [`ENTROPY_COLLAPSE_FRACTION`] of its mean over the first
     /// [`BASELINE_STEPS`] RL steps.
     EntropyCollapse,
-    /// Reward-variance collapse: the batch's reward std fell below
-    /// [`ECHO_SPREAD_FRACTION`] of its baseline, or at least [`ECHO_FLAT_GROUPS`] of the groups
-    /// (of two or more episodes) earned one reward each.
+    /// Reward-variance collapse: for [`ECHO_PATIENCE`] steps in a row, the batch's reward std
+    /// was below [`ECHO_SPREAD_FRACTION`] of its baseline, or at least [`ECHO_FLAT_GROUPS`] of
+    /// the groups (of two or more episodes) earned one reward each.
     EchoTrap,
 }
 
@@ -75,11 +77,16 @@ impl Alert {
                 monitor.entropy.value().unwrap_or(0.0)
             ),
             Alert::EchoTrap => format!(
-                "echo trap: reward std {:.4} (early {:.4}), {:.0}% of groups without any reward \
-                 spread; group-relative advantages are vanishing (`filter = reward_std(...)` \
-                 trains on the groups that still differ)",
+                "echo trap: for {ECHO_PATIENCE} steps the rewards barely differed (now: reward \
+                 std {:.4}{}, {:.0}% of groups without any spread); group-relative advantages \
+                 are vanishing (`filter = reward_std(...)` trains on the groups that still \
+                 differ; a higher temperature restores exploration)",
                 record.reward_std,
-                monitor.reward_std.value().unwrap_or(0.0),
+                monitor
+                    .reward_std
+                    .value()
+                    .map(|early| format!(" against {early:.4} early on"))
+                    .unwrap_or_default(),
                 record.flat_groups * 100.0
             ),
         }
@@ -113,6 +120,8 @@ pub struct Monitor {
     grad_norms: VecDeque<f32>,
     entropy: Baseline,
     reward_std: Baseline,
+    /// Consecutive steps whose rewards barely differed.
+    flat_streak: u32,
     active: Vec<Alert>,
 }
 
@@ -139,6 +148,11 @@ impl Monitor {
             .value()
             .is_some_and(|early| early > 0.0 && record.reward_std < ECHO_SPREAD_FRACTION * early);
         if spread_gone || record.flat_groups >= ECHO_FLAT_GROUPS {
+            self.flat_streak += 1;
+        } else {
+            self.flat_streak = 0;
+        }
+        if self.flat_streak >= ECHO_PATIENCE {
             holding.push(Alert::EchoTrap);
         }
         let messages = holding
@@ -242,15 +256,26 @@ mod tests {
         for i in 1..=5 {
             monitor.observe(&step(i, 1.0, 2.0, 0.5));
         }
+        // 0.06 is above 10% of the baseline 0.5; 0.04 is below, but only the third such step
+        // in a row is the trap.
         assert!(monitor.observe(&step(6, 1.0, 2.0, 0.06)).0.is_empty());
-        assert_eq!(
-            monitor.observe(&step(7, 1.0, 2.0, 0.04)).0,
-            vec![Alert::EchoTrap]
+        assert!(monitor.observe(&step(7, 1.0, 2.0, 0.04)).0.is_empty());
+        assert!(monitor.observe(&step(8, 1.0, 2.0, 0.04)).0.is_empty());
+        let (alerts, messages) = monitor.observe(&step(9, 1.0, 2.0, 0.04));
+        assert_eq!(alerts, vec![Alert::EchoTrap]);
+        assert!(
+            messages[0].contains("against 0.5000 early on"),
+            "{messages:?}"
         );
+        // A step with spread again breaks the streak.
+        assert!(monitor.observe(&step(10, 1.0, 2.0, 0.5)).0.is_empty());
+        assert!(monitor.observe(&step(11, 1.0, 2.0, 0.04)).0.is_empty());
         // Flat groups alone are enough, even with spread across groups.
         let mut monitor = Monitor::default();
         let mut record = step(1, 1.0, 2.0, 0.5);
         record.flat_groups = 0.95;
+        assert!(monitor.observe(&record).0.is_empty());
+        assert!(monitor.observe(&record).0.is_empty());
         assert_eq!(monitor.observe(&record).0, vec![Alert::EchoTrap]);
     }
 

@@ -46,6 +46,10 @@ pub struct Episode {
     pub logprobs: Vec<f32>,
     /// Sum of the turn rewards.
     pub reward: f32,
+    /// The reward of each agent turn, in order (0 for a turn that earned nothing).
+    pub turn_rewards: Vec<f32>,
+    /// The agent tokens of each turn, in order; they sum to the transcript's agent tokens.
+    pub turn_tokens: Vec<usize>,
     /// Whether the environment judged the episode solved.
     pub success: bool,
     /// Agent turns taken.
@@ -95,6 +99,8 @@ pub fn play<B: Backend>(
                 logprobs: vec![0.0; transcript.tokens.len()],
                 transcript,
                 reward: 0.0,
+                turn_rewards: Vec::new(),
+                turn_tokens: Vec::new(),
                 success: false,
                 turns: 0,
                 status,
@@ -146,6 +152,7 @@ pub fn play<B: Backend>(
             let episode = &mut episodes[i];
             chat.push_agent(&mut episode.transcript, &generation.tokens);
             episode.logprobs.extend_from_slice(&generation.logprobs);
+            episode.turn_tokens.push(generation.tokens.len());
             episode.turns += 1;
             let step = match call {
                 Ok(_) => match answers.next() {
@@ -160,6 +167,7 @@ pub fn play<B: Backend>(
                 },
             };
             episode.reward += step.reward;
+            episode.turn_rewards.push(step.reward);
             if step.done() {
                 episode.status = step.status;
                 episode.success = sessions[i]

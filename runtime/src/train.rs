@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use agentry_dsl::spec::{
-    self, AdvantageNorm, AlgorithmKind, Device, KlPlacement, SftSource, ValueHead,
+    self, AdvantageNorm, AlgorithmKind, Credit, Device, KlPlacement, SftSource, ValueHead,
 };
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::{Split, TaskGenerator};
@@ -22,8 +22,9 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::algo::loss::{PolicyLossConfig, kl_estimate, scalar, truncated_is_weights};
 use crate::algo::{
-    PolicyLossInput, ValueStats, explained_variance, gae, normalize_by_key, outcome_advantages,
-    policy_loss, std_dev, terminal_rewards, value_loss, weigh_negatives, whiten,
+    PolicyLossInput, Trajectory, ValueStats, credited_advantages, explained_variance, gae,
+    normalize_by_key, policy_loss, std_dev, terminal_rewards, turn_end_rewards, value_loss,
+    weigh_negatives, whiten,
 };
 use crate::checkpoint::{Checkpoint, Phase, Snapshot};
 use crate::curriculum::Curriculum;
@@ -779,7 +780,12 @@ impl<B: AutodiffBackend> Trainer<B> {
         let kl = (kl_estimate(old, ref_logprobs, estimator) * batch.mask).sum_dim(1);
         let kl = kl.into_data().into_vec::<f32>().unwrap_or_default();
         for (episode, kl) in episodes.iter_mut().zip(kl) {
-            episode.reward -= (f64::from(kl) * coef) as f32;
+            let penalty = (f64::from(kl) * coef) as f32;
+            episode.reward -= penalty;
+            // Turn credit: the penalty is the last turn's (the KL is of the whole episode).
+            if let Some(last) = episode.turn_rewards.last_mut() {
+                *last -= penalty;
+            }
         }
     }
 
@@ -805,7 +811,12 @@ impl<B: AutodiffBackend> Trainer<B> {
             Some(values) => {
                 let mut per_episode = Vec::with_capacity(episodes.len());
                 for (i, (episode, values)) in episodes.iter().zip(values).enumerate() {
-                    let rewards = terminal_rewards(values.len(), episode.reward);
+                    let rewards = match algorithm.credit {
+                        Credit::Outcome => terminal_rewards(values.len(), episode.reward),
+                        Credit::Turn => {
+                            turn_end_rewards(&episode.turn_tokens, &episode.turn_rewards)
+                        }
+                    };
                     let (advantages, episode_returns) =
                         gae(&rewards, values, algorithm.gamma, algorithm.lambda);
                     owner.extend(std::iter::repeat_n(i, advantages.len()));
@@ -815,14 +826,25 @@ impl<B: AutodiffBackend> Trainer<B> {
                 returns = Some(per_episode);
             }
             None => {
-                let rewards: Vec<f32> = episodes.iter().map(|e| e.reward).collect();
-                let groups: Vec<usize> = episodes.iter().map(|e| e.spec.group).collect();
-                let per_episode = outcome_advantages(algorithm.kind, &rewards, &groups)
-                    .unwrap_or_else(|| vec![0.0; episodes.len()]);
-                for (i, episode) in episodes.iter().enumerate() {
-                    let n = episode.transcript.agent_mask.iter().filter(|m| **m).count();
-                    flat.extend(std::iter::repeat_n(per_episode[i], n));
-                    owner.extend(std::iter::repeat_n(i, n));
+                let trajectories: Vec<Trajectory<'_>> = episodes
+                    .iter()
+                    .map(|e| Trajectory {
+                        group: e.spec.group,
+                        reward: e.reward,
+                        turn_rewards: &e.turn_rewards,
+                        turn_tokens: &e.turn_tokens,
+                    })
+                    .collect();
+                let per_episode = credited_advantages(
+                    algorithm.kind,
+                    algorithm.credit,
+                    algorithm.gamma,
+                    &trajectories,
+                )
+                .unwrap_or_default();
+                for (i, advantages) in per_episode.into_iter().enumerate() {
+                    owner.extend(std::iter::repeat_n(i, advantages.len()));
+                    flat.extend(advantages);
                 }
             }
         }

@@ -765,7 +765,7 @@ fn sft_from_successes_and_truncated_importance_sampling_resume_exactly() {
         )
         .replace(
             "sft = constant(0.1) }",
-            "sft = constant(0.5), sft_from = successes(keep = 6), is_cap = 2, epochs = 2 }",
+            "sft = constant(0.5), sft_from = successes(keep = 6), is_cap = 2, epochs = 2, credit = turn, gamma = 0.9 }",
         )
         .replace("tiny_resume", "tiny_successes");
     let experiment = WithPresent(agentry_dsl::check(&source).expect("the experiment checks"));

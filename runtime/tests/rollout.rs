@@ -154,6 +154,12 @@ fn transcripts_never_exceed_the_context() {
         assert_eq!(episode.transcript.len(), episode.logprobs.len());
         assert_eq!(episode.status, Status::TaskLimitReached);
         assert!(episode.turns >= 1);
+        // Turn credit relies on the turns' token counts covering the agent tokens exactly.
+        let agent_tokens = episode.transcript.agent_mask.iter().filter(|m| **m).count();
+        assert_eq!(episode.turn_tokens.iter().sum::<usize>(), agent_tokens);
+        assert_eq!(episode.turn_tokens.len(), episode.turns as usize);
+        assert_eq!(episode.turn_rewards.len(), episode.turns as usize);
+        assert_eq!(episode.turn_rewards.iter().sum::<f32>(), episode.reward);
     }
     assert_eq!(controller.stats().live_sessions, 0);
 

@@ -3,7 +3,7 @@
 use crate::ast::{Ident, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
 use crate::spec::{
-    AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Clip, Filter, Kl, KlEstimator,
+    AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Clip, Credit, Filter, Kl, KlEstimator,
     KlPlacement, Model, Schedule, SftSource, ValueHead,
 };
 
@@ -32,6 +32,7 @@ const KEYS: &[&str] = &[
     "is_cap",
     "filter",
     "negative_weight",
+    "credit",
     "gamma",
     "lambda",
     "epochs",
@@ -185,6 +186,14 @@ impl Checker {
             Some(v) => self.number_in("negative_weight", v, Interval::new(0.0, false, 1.0, false)),
             None => Some(1.0),
         };
+        let credit = match table.get("credit") {
+            Some(v) => self.choice(
+                "credit",
+                v,
+                &[("outcome", Credit::Outcome), ("turn", Credit::Turn)],
+            ),
+            None => Some(Credit::Outcome),
+        };
         let gamma = match table.get("gamma") {
             Some(v) => self.number_in("gamma", v, Interval::new(0.0, true, 1.0, false)),
             None => Some(1.0),
@@ -240,6 +249,7 @@ impl Checker {
             is_cap: is_cap?,
             filter: filter?,
             negative_weight: negative_weight?,
+            credit: credit?,
             gamma: gamma?,
             lambda: lambda?,
             epochs: epochs?,

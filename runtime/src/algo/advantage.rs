@@ -1,79 +1,184 @@
 //! Outcome advantages per trajectory, and token-level normalization.
 
-use agentry_dsl::spec::AlgorithmKind;
+use agentry_dsl::spec::{AlgorithmKind, Credit};
 
 /// Added to the standard deviation in group and task normalization (verl, AgentRL).
 pub const STD_EPS: f64 = 1e-6;
 /// Added to the variance inside the square root when whitening (verl's `masked_whiten`).
 pub const WHITEN_EPS: f64 = 1e-8;
 
-/// The advantage of each trajectory from its scalar reward.
+/// What an outcome estimator makes of a trajectory's return `x`: `(x - shift) / scale`.
 ///
-/// `groups[i]` names the group (same prompt) of trajectory `i`. GRPO: `(r - mean_g) /
-/// (std_g + 1e-6)` with an unbiased std, a singleton group having mean 0 and std 1. Dr. GRPO and
-/// REINFORCE++-baseline: `r - mean_g` (the latter is whitened over the batch afterwards). RLOO:
-/// `r` minus the mean of the other members (`r` itself for a singleton). REINFORCE++: the raw
-/// return; whitening over the batch's tokens happens in [`whiten`]. PPO needs a critic and is not
-/// an outcome estimator, so it returns `None`.
-pub fn outcome_advantages(
+/// The baseline and scale come from the group's (or the batch's) episode returns, so the same
+/// pair applies to any return of that trajectory: its total (outcome credit) or the return
+/// from one of its turns on (turn credit).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Baseline {
+    /// Subtracted from the return.
+    pub shift: f64,
+    /// The difference is divided by it.
+    pub scale: f64,
+}
+
+impl Baseline {
+    /// The advantage of return `x`.
+    pub fn apply(self, x: f32) -> f32 {
+        ((f64::from(x) - self.shift) / self.scale) as f32
+    }
+}
+
+/// The baseline of each trajectory from the episode returns of its group.
+///
+/// `groups[i]` names the group (same prompt) of trajectory `i`. GRPO: shift `mean_g`, scale
+/// `std_g + 1e-6` with an unbiased std, a singleton group having mean 0 and std 1. Dr. GRPO and
+/// REINFORCE++-baseline: shift `mean_g`, scale 1 (the latter is whitened over the batch
+/// afterwards). RLOO: shift the mean of the other members (0 for a singleton). REINFORCE++:
+/// shift 0, scale 1 (whitening over the batch's tokens happens in [`whiten`]). PPO needs a
+/// critic and is not an outcome estimator, so it returns `None`.
+pub fn outcome_baselines(
     kind: AlgorithmKind,
-    rewards: &[f32],
+    returns: &[f32],
     groups: &[usize],
-) -> Option<Vec<f32>> {
+) -> Option<Vec<Baseline>> {
     let members = |g: usize| -> Vec<f64> {
-        rewards
+        returns
             .iter()
             .zip(groups)
             .filter(|(_, gi)| **gi == g)
             .map(|(r, _)| f64::from(*r))
             .collect()
     };
-    match kind {
-        AlgorithmKind::Grpo => Some(
-            rewards
-                .iter()
-                .zip(groups)
-                .map(|(r, g)| {
-                    let m = members(*g);
-                    let (mean, std) = if m.len() == 1 {
-                        (0.0, 1.0)
-                    } else {
-                        mean_std(&m)
-                    };
-                    ((f64::from(*r) - mean) / (std + STD_EPS)) as f32
-                })
-                .collect(),
-        ),
-        AlgorithmKind::DrGrpo | AlgorithmKind::ReinforcePpBaseline => Some(
-            rewards
-                .iter()
-                .zip(groups)
-                .map(|(r, g)| {
-                    let m = members(*g);
-                    let mean = m.iter().sum::<f64>() / m.len() as f64;
-                    (f64::from(*r) - mean) as f32
-                })
-                .collect(),
-        ),
-        AlgorithmKind::Rloo => Some(
-            rewards
-                .iter()
-                .zip(groups)
-                .map(|(r, g)| {
-                    let m = members(*g);
-                    let n = m.len() as f64;
-                    if m.len() == 1 {
-                        *r
-                    } else {
-                        let others = (m.iter().sum::<f64>() - f64::from(*r)) / (n - 1.0);
-                        (f64::from(*r) - others) as f32
-                    }
-                })
-                .collect(),
-        ),
-        AlgorithmKind::ReinforcePp => Some(rewards.to_vec()),
-        AlgorithmKind::Ppo => None,
+    let mean = |m: &[f64]| m.iter().sum::<f64>() / m.len() as f64;
+    let baseline = |r: f32, g: usize| -> Baseline {
+        let m = members(g);
+        match kind {
+            AlgorithmKind::Grpo if m.len() == 1 => Baseline {
+                shift: 0.0,
+                scale: 1.0 + STD_EPS,
+            },
+            AlgorithmKind::Grpo => {
+                let (mean, std) = mean_std(&m);
+                Baseline {
+                    shift: mean,
+                    scale: std + STD_EPS,
+                }
+            }
+            AlgorithmKind::DrGrpo | AlgorithmKind::ReinforcePpBaseline => Baseline {
+                shift: mean(&m),
+                scale: 1.0,
+            },
+            AlgorithmKind::Rloo => {
+                let n = m.len() as f64;
+                let shift = if m.len() == 1 {
+                    0.0
+                } else {
+                    (m.iter().sum::<f64>() - f64::from(r)) / (n - 1.0)
+                };
+                Baseline { shift, scale: 1.0 }
+            }
+            AlgorithmKind::ReinforcePp | AlgorithmKind::Ppo => Baseline {
+                shift: 0.0,
+                scale: 1.0,
+            },
+        }
+    };
+    (kind != AlgorithmKind::Ppo).then(|| {
+        returns
+            .iter()
+            .zip(groups)
+            .map(|(r, g)| baseline(*r, *g))
+            .collect()
+    })
+}
+
+/// The advantage of each trajectory from its scalar reward: [`outcome_baselines`] applied to
+/// the rewards themselves.
+pub fn outcome_advantages(
+    kind: AlgorithmKind,
+    rewards: &[f32],
+    groups: &[usize],
+) -> Option<Vec<f32>> {
+    let baselines = outcome_baselines(kind, rewards, groups)?;
+    Some(
+        rewards
+            .iter()
+            .zip(baselines)
+            .map(|(r, b)| b.apply(*r))
+            .collect(),
+    )
+}
+
+/// The discounted return from each turn on: `G_k = r_k + γ G_{k+1}`, `G` after the last turn 0.
+pub fn returns_to_go(rewards: &[f32], gamma: f64) -> Vec<f32> {
+    let mut out = vec![0.0; rewards.len()];
+    let mut next = 0.0f64;
+    for (k, r) in rewards.iter().enumerate().rev() {
+        next = f64::from(*r) + gamma * next;
+        out[k] = next as f32;
     }
+    out
+}
+
+/// What the outcome estimators need of one trajectory.
+#[derive(Clone, Copy, Debug)]
+pub struct Trajectory<'a> {
+    /// Its group (same prompt).
+    pub group: usize,
+    /// Its total reward.
+    pub reward: f32,
+    /// The reward of each agent turn.
+    pub turn_rewards: &'a [f32],
+    /// The agent tokens of each turn.
+    pub turn_tokens: &'a [usize],
+}
+
+/// The advantage of every agent token of every trajectory, in order, before normalization.
+///
+/// Outcome credit gives each token its trajectory's outcome advantage. Turn credit gives the
+/// tokens of turn `k` the estimator's advantage of `G_k`, the discounted return from turn `k`
+/// on ([`returns_to_go`]), against the baseline of the trajectory's whole return `G_0`
+/// ([`outcome_baselines`]): a turn is credited with what it and later turns earned, not with
+/// rewards that came before it. With rewards only on the last turn and `gamma = 1`, `G_k` is
+/// the outcome for every `k`, so both credits agree. `None` for PPO (it needs a critic).
+pub fn credited_advantages(
+    kind: AlgorithmKind,
+    credit: Credit,
+    gamma: f64,
+    trajectories: &[Trajectory<'_>],
+) -> Option<Vec<Vec<f32>>> {
+    // Per trajectory, the return of each credited span of tokens, and the span's length.
+    let spans: Vec<Vec<(f32, usize)>> = trajectories
+        .iter()
+        .map(|t| match credit {
+            Credit::Outcome => vec![(t.reward, t.turn_tokens.iter().sum())],
+            Credit::Turn => returns_to_go(t.turn_rewards, gamma)
+                .into_iter()
+                .zip(t.turn_tokens.iter().copied())
+                .collect(),
+        })
+        .collect();
+    let totals: Vec<f32> = trajectories
+        .iter()
+        .zip(&spans)
+        .map(|(t, spans)| match credit {
+            Credit::Outcome => t.reward,
+            Credit::Turn => spans.first().map_or(0.0, |(g, _)| *g),
+        })
+        .collect();
+    let groups: Vec<usize> = trajectories.iter().map(|t| t.group).collect();
+    let baselines = outcome_baselines(kind, &totals, &groups)?;
+    Some(
+        spans
+            .iter()
+            .zip(baselines)
+            .map(|(spans, baseline)| {
+                spans
+                    .iter()
+                    .flat_map(|&(ret, n)| std::iter::repeat_n(baseline.apply(ret), n))
+                    .collect()
+            })
+            .collect(),
+    )
 }
 
 /// Normalizes token advantages to zero mean and unit variance within each key:
@@ -209,6 +314,63 @@ mod tests {
     }
 
     #[test]
+    fn turn_credit_gives_each_turn_its_return_from_there_on() {
+        // One GRPO group of two: episode 0 earns 0.5 on turn 1 and 1.0 on turn 3 (tokens 2, 1,
+        // 2); episode 1 earns nothing (tokens 3). γ = 0.5: G = 0.5 + 0.25·1 = 0.75, 0.5, 1.0.
+        let trajectories = [
+            Trajectory {
+                group: 0,
+                reward: 1.5,
+                turn_rewards: &[0.5, 0.0, 1.0],
+                turn_tokens: &[2, 1, 2],
+            },
+            Trajectory {
+                group: 0,
+                reward: 0.0,
+                turn_rewards: &[0.0],
+                turn_tokens: &[3],
+            },
+        ];
+        let a = credited_advantages(AlgorithmKind::Grpo, Credit::Turn, 0.5, &trajectories).unwrap();
+        // Baseline from G_0 = 0.75 and 0: mean 0.375, std 0.53033.
+        let z = |g: f64| ((g - 0.375) / (0.530_330_1 + 1e-6)) as f32;
+        close(&a[0], &[z(0.75), z(0.75), z(0.5), z(1.0), z(1.0)]);
+        close(&a[1], &[z(0.0); 3]);
+        // Outcome credit: every token the episode's advantage from its total reward.
+        let a =
+            credited_advantages(AlgorithmKind::Rloo, Credit::Outcome, 0.5, &trajectories).unwrap();
+        close(&a[0], &[1.5; 5]);
+        close(&a[1], &[-1.5; 3]);
+        assert!(
+            credited_advantages(AlgorithmKind::Ppo, Credit::Turn, 1.0, &trajectories).is_none()
+        );
+    }
+
+    #[test]
+    fn returns_to_go_discount_later_rewards() {
+        close(
+            &returns_to_go(&[0.0, 1.0, 0.0, 2.0], 0.5),
+            &[0.75, 1.5, 1.0, 2.0],
+        );
+        close(&returns_to_go(&[0.5, 0.5], 1.0), &[1.0, 0.5]);
+        assert!(returns_to_go(&[], 0.9).is_empty());
+    }
+
+    #[test]
+    fn baselines_apply_to_any_return_of_the_trajectory() {
+        // GRPO group 1, 0: mean 0.5, std sqrt(0.5); a turn return of 0.25 of the first member.
+        let b = outcome_baselines(AlgorithmKind::Grpo, &[1.0, 0.0], &[0, 0]).unwrap();
+        let z = (0.25 - 0.5) / (0.5f64.sqrt() + 1e-6);
+        close(&[b[0].apply(0.25)], &[z as f32]);
+        // RLOO: each member's shift is the mean of the others.
+        let b = outcome_baselines(AlgorithmKind::Rloo, &[1.0, 0.0, 0.5], &[0, 0, 0]).unwrap();
+        assert_eq!(
+            b.iter().map(|b| b.shift).collect::<Vec<_>>(),
+            [0.25, 0.75, 0.5]
+        );
+    }
+
+    #[test]
     fn rloo_subtracts_the_mean_of_the_others() {
         let a = outcome_advantages(AlgorithmKind::Rloo, &[1.0, 0.0, 0.5], &[0, 0, 0]).unwrap();
         close(&a, &[0.75, -0.75, 0.0]);
@@ -250,7 +412,64 @@ mod tests {
             })
         }
 
+        /// Trajectories of up to 5 groups of 2 to 4, each of 1 to 4 turns of 0 to 5 tokens,
+        /// with one reward (a multiple of 1/8) on the last turn.
+        fn terminal_trajectories() -> impl Strategy<Value = Vec<(usize, f32, Vec<usize>)>> {
+            let trajectory = (
+                (-16i32..=16).prop_map(|k| k as f32 / 8.0),
+                prop::collection::vec(0usize..=5, 1..=4),
+            );
+            prop::collection::vec(prop::collection::vec(trajectory, 2..=4), 1..=5).prop_map(
+                |groups| {
+                    groups
+                        .into_iter()
+                        .enumerate()
+                        .flat_map(|(g, members)| {
+                            members.into_iter().map(move |(r, tokens)| (g, r, tokens))
+                        })
+                        .collect()
+                },
+            )
+        }
+
         proptest! {
+            /// Turn credit reduces to outcome credit when the only reward is the last turn's
+            /// and nothing is discounted.
+            #[test]
+            fn turn_credit_of_terminal_rewards_is_outcome_credit(
+                trajectories in terminal_trajectories()
+            ) {
+                let rewards: Vec<Vec<f32>> = trajectories
+                    .iter()
+                    .map(|(_, r, tokens)| {
+                        let mut turns = vec![0.0; tokens.len()];
+                        turns[tokens.len() - 1] = *r;
+                        turns
+                    })
+                    .collect();
+                let view: Vec<Trajectory<'_>> = trajectories
+                    .iter()
+                    .zip(&rewards)
+                    .map(|((g, r, tokens), turns)| Trajectory {
+                        group: *g,
+                        reward: *r,
+                        turn_rewards: turns,
+                        turn_tokens: tokens,
+                    })
+                    .collect();
+                for kind in [
+                    AlgorithmKind::Grpo,
+                    AlgorithmKind::DrGrpo,
+                    AlgorithmKind::Rloo,
+                    AlgorithmKind::ReinforcePp,
+                    AlgorithmKind::ReinforcePpBaseline,
+                ] {
+                    let turn = credited_advantages(kind, Credit::Turn, 1.0, &view).unwrap();
+                    let outcome = credited_advantages(kind, Credit::Outcome, 1.0, &view).unwrap();
+                    prop_assert_eq!(turn, outcome);
+                }
+            }
+
             /// AgentRL's task advantage normalization: every task with at least two tokens of
             /// distinct values ends at mean 0 and unbiased standard deviation 1.
             #[test]

@@ -15,6 +15,21 @@ pub fn terminal_rewards(tokens: usize, reward: f32) -> Vec<f32> {
     rewards
 }
 
+/// Token rewards of an episode whose turns had `turn_tokens` agent tokens and earned
+/// `turn_rewards`: each turn's reward on its last token (a turn without tokens passes its
+/// reward to the last token before it; with none before, there is nothing to credit).
+pub fn turn_end_rewards(turn_tokens: &[usize], turn_rewards: &[f32]) -> Vec<f32> {
+    let mut rewards = vec![0.0; turn_tokens.iter().sum()];
+    let mut end = 0;
+    for (tokens, reward) in turn_tokens.iter().zip(turn_rewards) {
+        end += tokens;
+        if let Some(last) = end.checked_sub(1).and_then(|i| rewards.get_mut(i)) {
+            *last += reward;
+        }
+    }
+    rewards
+}
+
 /// GAE advantages and returns of one episode's tokens.
 ///
 /// `δ_t = r_t + γ V_{t+1} - V_t` (with `V_T = 0`), `A_t = Σ_k (γλ)^k δ_{t+k}` computed
@@ -73,6 +88,16 @@ mod tests {
         for (x, y) in a.iter().zip(b) {
             assert!((f64::from(*x) - y).abs() < 1e-5, "{a:?} vs {b:?}");
         }
+    }
+
+    #[test]
+    fn turn_end_rewards_sit_on_each_turns_last_token() {
+        assert_eq!(
+            turn_end_rewards(&[2, 0, 3], &[0.5, 0.25, 1.0]),
+            [0.0, 0.75, 0.0, 0.0, 1.0]
+        );
+        assert_eq!(turn_end_rewards(&[0, 1], &[2.0, 1.0]), [1.0]);
+        assert!(turn_end_rewards(&[], &[]).is_empty());
     }
 
     #[test]

@@ -9,6 +9,9 @@ pub mod advantage;
 pub mod gae;
 pub mod loss;
 
-pub use advantage::{normalize_by_key, outcome_advantages, std_dev, weigh_negatives, whiten};
-pub use gae::{explained_variance, gae, terminal_rewards};
+pub use advantage::{
+    Baseline, Trajectory, credited_advantages, normalize_by_key, outcome_advantages,
+    outcome_baselines, returns_to_go, std_dev, weigh_negatives, whiten,
+};
+pub use gae::{explained_variance, gae, terminal_rewards, turn_end_rewards};
 pub use loss::{LossStats, PolicyLossInput, ValueStats, policy_loss, value_loss};
