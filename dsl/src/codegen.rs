@@ -366,13 +366,15 @@ fn algorithm(a: &Algorithm) -> TokenStream {
     };
     let is_cap = option(&a.is_cap, |c| float(*c));
     let negative_weight = float(a.negative_weight);
-    let credit = variant(
-        "Credit",
-        match a.credit {
-            Credit::Outcome => "Outcome",
-            Credit::Turn => "Turn",
-        },
-    );
+    let credit = match a.credit {
+        Credit::Outcome => quote!(::agentry::spec::Credit::Outcome),
+        Credit::Turn => quote!(::agentry::spec::Credit::Turn),
+        Credit::MonteCarlo { k, first, last } => {
+            let k = size(k);
+            let last = option(&last, |l| quote!(#l));
+            quote!(::agentry::spec::Credit::MonteCarlo { k: #k, first: #first, last: #last })
+        }
+    };
     let (gamma, lambda) = (float(a.gamma), float(a.lambda));
     let epochs = size(a.epochs);
     let grad_clip = option(&a.grad_clip, |c| float(*c));

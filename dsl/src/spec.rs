@@ -458,6 +458,31 @@ pub enum Credit {
     /// the turn that earned it and (discounted by `gamma`) the turns before it, never later
     /// ones. With rewards only at the end and `gamma = 1` this is `outcome`.
     Turn,
+    /// `monte_carlo(k = K, turns = a .. b)`: turn credit, where a turn whose starting state is
+    /// a snapshot boundary has that state's Monte-Carlo value subtracted: the mean return of
+    /// `k` continuations played by the current policy from copies of the environment.
+    /// REINFORCE++ only (the estimate is the baseline).
+    MonteCarlo {
+        /// Continuations per snapshot, >= 1.
+        k: usize,
+        /// First boundary snapshotted: the state after this many agent turns (0: the start).
+        first: u32,
+        /// Last boundary snapshotted; `None`: every boundary from `first` on.
+        last: Option<u32>,
+    },
+}
+
+impl Credit {
+    /// The turn boundaries a Monte-Carlo credit snapshots, up to (excluding) `max_turns`.
+    pub fn boundaries(&self, max_turns: u32) -> Vec<u32> {
+        match *self {
+            Credit::MonteCarlo { first, last, .. } => {
+                let end = last.map_or(max_turns, |l| l.saturating_add(1).min(max_turns));
+                (first..end).collect()
+            }
+            Credit::Outcome | Credit::Turn => Vec::new(),
+        }
+    }
 }
 
 /// The demonstrations of the SFT term in RL + α·SFT.

@@ -842,3 +842,53 @@ fn credit_is_outcome_or_turn() {
     assert_eq!(d.message, "unknown value `turns` for `credit`");
     assert_eq!(d.hint.as_deref(), Some("did you mean `turn`?"));
 }
+
+#[test]
+fn monte_carlo_credit_is_checked() {
+    let rpp = |credit: &str| {
+        with("algorithm grpo", "algorithm reinforce_pp").replacen(
+            "group_size = 4",
+            &format!("group_size = 4, credit = {credit}"),
+            1,
+        )
+    };
+    let spec = check(&rpp("monte_carlo(k = 4, turns = 1 .. 3)")).unwrap();
+    let credit = spec.algorithm.credit;
+    assert_eq!(
+        credit,
+        Credit::MonteCarlo {
+            k: 4,
+            first: 1,
+            last: Some(3)
+        }
+    );
+    assert_eq!(credit.boundaries(10), [1, 2, 3]);
+    assert_eq!(credit.boundaries(3), [1, 2]);
+    let spec = check(&rpp("monte_carlo(k = 2)")).unwrap();
+    assert_eq!(spec.algorithm.credit.boundaries(4), [0, 1, 2, 3]);
+    let spec = check(&rpp("monte_carlo(k = 2, turns = 2)")).unwrap();
+    assert_eq!(spec.algorithm.credit.boundaries(4), [2]);
+
+    let d = error(&rpp("monte_carlo(turns = 0 .. 2)"));
+    assert_eq!(d.message, "`monte_carlo` needs `k`");
+    let d = error(&rpp("monte_carlo(k = 0)"));
+    assert_eq!(d.message, "`k` must be at least 1");
+    let source = rpp("monte_carlo(k = 2, turns = 3 .. 1)");
+    let d = error(&source);
+    assert_eq!(d.message, "`turns` range `3 .. 1` is reversed");
+    assert_eq!(text(&source, &d), "3 .. 1");
+    let d = error(&rpp("monte_carlo(k = 2, n = 3)"));
+    assert!(d.message.contains("`n`"), "{}", d.message);
+    let source = rpp("monte_karlo(k = 2)");
+    let d = error(&source);
+    assert_eq!(d.message, "unknown credit `monte_karlo`");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `monte_carlo`?"));
+    // The estimates are the baseline: with a group estimator it would be subtracted twice.
+    let source = with(
+        "group_size = 4",
+        "group_size = 4, credit = monte_carlo(k = 2)",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "Monte-Carlo credit does not combine with grpo");
+    assert!(d.hint.unwrap().contains("reinforce_pp"));
+}

@@ -136,6 +136,12 @@ pub struct RlRecord {
     /// Truncated importance sampling: fraction of agent tokens whose weight was capped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub is_truncated: Option<f32>,
+    /// Monte-Carlo credit: continuations played from snapshots this step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mc_continuations: Option<usize>,
+    /// Monte-Carlo credit: their mean return (the mean state value estimated).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mc_value: Option<f64>,
     /// `sft_from = successes`: solved episodes held for the SFT term after this step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub successes_kept: Option<usize>,

@@ -36,7 +36,10 @@ use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
 use crate::monitor::Monitor;
 use crate::optim::{PolicyOptimizer, clip_global_norm};
-use crate::rollout::{Episode, EpisodeSpec, demonstration, oracle_text, play};
+use crate::rollout::{
+    Episode, EpisodeSpec, Fork, ForkPlan, continue_forks, demonstration, oracle_text, play,
+    play_with_forks,
+};
 use crate::text::{ChatFormat, Tokenizer, Transcript};
 
 /// Largest tokenizer vocabulary trained for a from-scratch policy.
@@ -571,16 +574,41 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         let sampling = self.sampling(false);
         let inference = self.policy.valid();
-        let mut episodes = play(
-            &inference,
-            &self.chat,
-            &self.tasks,
-            &self.controller,
-            &specs,
-            &sampling,
-            self.context,
-            &mut self.rng,
-        );
+        let (mut episodes, estimates) = match algorithm.credit {
+            Credit::MonteCarlo { k, .. } => {
+                let longest = specs.iter().map(|s| s.max_turns).max().unwrap_or(0);
+                let plan = ForkPlan {
+                    boundaries: algorithm.credit.boundaries(longest),
+                    k,
+                };
+                let (mut episodes, forks) = play_with_forks(
+                    &inference,
+                    &self.chat,
+                    &self.tasks,
+                    &self.controller,
+                    &specs,
+                    &sampling,
+                    self.context,
+                    &plan,
+                    &mut self.rng,
+                );
+                let estimates = self.monte_carlo_values(&inference, &mut episodes, forks);
+                (episodes, Some(estimates))
+            }
+            _ => {
+                let episodes = play(
+                    &inference,
+                    &self.chat,
+                    &self.tasks,
+                    &self.controller,
+                    &specs,
+                    &sampling,
+                    self.context,
+                    &mut self.rng,
+                );
+                (episodes, None)
+            }
+        };
         let rollout_seconds = started.elapsed().as_secs_f64();
 
         let mut record = RlRecord {
@@ -589,6 +617,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             tasks: self.task_stats(&episodes),
             sft_alpha: algorithm.sft.at(step - 1),
             rollout_seconds,
+            mc_continuations: estimates.map(|(n, _)| n),
+            mc_value: estimates.and_then(|(_, v)| v),
             ..RlRecord::default()
         };
         let returns: Vec<f64> = episodes.iter().map(|e| f64::from(e.reward)).collect();
@@ -764,6 +794,40 @@ impl<B: AutodiffBackend> Trainer<B> {
         Ok(record)
     }
 
+    /// Monte-Carlo credit: plays the snapshots' continuations with the current policy and sets
+    /// each episode's `turn_values` (the mean continuation return of each snapshotted turn
+    /// boundary, 0 elsewhere). Returns the continuations played and their mean return.
+    fn monte_carlo_values(
+        &mut self,
+        policy: &Policy<B::InnerBackend>,
+        episodes: &mut [Episode],
+        forks: Vec<Fork>,
+    ) -> (usize, Option<f64>) {
+        let places: Vec<(usize, u32)> = forks.iter().map(|f| (f.episode, f.boundary)).collect();
+        let returns = continue_forks(
+            policy,
+            &self.chat,
+            &self.controller,
+            forks,
+            &self.sampling(false),
+            self.context,
+            self.spec.algorithm.gamma,
+            &mut self.rng,
+        );
+        for episode in episodes.iter_mut() {
+            episode.turn_values = vec![0.0; episode.turn_rewards.len()];
+        }
+        let all: Vec<f64> = returns.iter().flatten().map(|r| f64::from(*r)).collect();
+        for ((episode, boundary), returns) in places.into_iter().zip(&returns) {
+            let value = returns.iter().map(|r| f64::from(*r)).sum::<f64>() / returns.len() as f64;
+            if let Some(slot) = episodes[episode].turn_values.get_mut(boundary as usize) {
+                *slot = value as f32;
+            }
+        }
+        let mean = (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64);
+        (all.len(), mean)
+    }
+
     /// Subtracts `coef * KL` of each episode's agent tokens from its reward.
     fn penalize_kl(&self, episodes: &mut [Episode]) {
         let (Some(reference), Some(estimator)) =
@@ -813,7 +877,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 for (i, (episode, values)) in episodes.iter().zip(values).enumerate() {
                     let rewards = match algorithm.credit {
                         Credit::Outcome => terminal_rewards(values.len(), episode.reward),
-                        Credit::Turn => {
+                        Credit::Turn | Credit::MonteCarlo { .. } => {
                             turn_end_rewards(&episode.turn_tokens, &episode.turn_rewards)
                         }
                     };
@@ -833,6 +897,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                         reward: e.reward,
                         turn_rewards: &e.turn_rewards,
                         turn_tokens: &e.turn_tokens,
+                        turn_values: &e.turn_values,
                     })
                     .collect();
                 let per_episode = credited_advantages(

@@ -796,3 +796,58 @@ fn sft_from_successes_and_truncated_importance_sampling_resume_exactly() {
     assert_eq!(metrics(&resumed.run_dir), expected);
     same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
 }
+
+#[test]
+fn monte_carlo_credit_values_states_by_continuations_and_resumes_exactly() {
+    let _guard = serial();
+    // A warm-up long enough for the tiny policy to learn the one call `done()`, so episodes
+    // earn reward and the continuations' returns (the state values) are not all 0.
+    let source = TINY
+        .replace(
+            "task kg { env = kg, max_turns = 2, difficulty = 1 }",
+            "task present { env = crate::Present, max_turns = 2 }",
+        )
+        .replace(
+            "algorithm grpo { group_size = 2, kl = k1(0.1, as = reward), entropy = 0.001, sft = constant(0.1) }",
+            "algorithm reinforce_pp { credit = monte_carlo(k = 3, turns = 0 .. 1), gamma = 0.9 }",
+        )
+        .replace(
+            "warmup = sft { steps = 3, demonstrations = 8, batch = 2 }",
+            "warmup = sft { steps = 40, lr = 1e-2, demonstrations = 8, batch = 4 }",
+        )
+        .replace("tiny_resume", "tiny_monte_carlo");
+    let experiment = WithPresent(agentry_dsl::check(&source).expect("the experiment checks"));
+    let straight = run_experiment(&experiment, &scratch("mc-straight"), 4, None).unwrap();
+    let expected = metrics(&straight.run_dir);
+    let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
+    assert_eq!(rl.len(), 4);
+    for line in &rl {
+        // Every episode is snapshotted at the start (boundary 0) with 3 continuations, and
+        // again after turn 1 if it is still running: 12 to 24 continuations for 4 episodes.
+        let continuations = line["mc_continuations"].as_u64().unwrap();
+        assert!((12..=24).contains(&continuations), "{line}");
+        // A continuation from the start earns 1 when it calls `done()` on its first turn (or
+        // 0.9 on its second); its mean is the state value.
+        let value = line["mc_value"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&value), "{line}");
+    }
+    let mean_value = rl
+        .iter()
+        .map(|l| l["mc_value"].as_f64().unwrap())
+        .sum::<f64>()
+        / 4.0;
+    let success = rl
+        .iter()
+        .map(|l| l["success"].as_f64().unwrap())
+        .sum::<f64>()
+        / 4.0;
+    assert!(
+        mean_value > 0.3 && success > 0.3,
+        "the warmed-up policy calls done(): value {mean_value}, success {success}"
+    );
+
+    let out = scratch("mc-split");
+    let first = run_experiment(&experiment, &out, 2, None).unwrap();
+    let resumed = run_experiment(&experiment, &out, 4, Some(&first.run_dir)).unwrap();
+    assert_eq!(metrics(&resumed.run_dir), expected);
+}

@@ -1,10 +1,11 @@
-//! Rollout under the controller: an environment that panics ends only its own episode.
+//! Rollout under the controller: an environment that panics ends only its own episode; context
+//! limits; snapshots and their continuations for Monte-Carlo credit.
 
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::kg::Kg;
 use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall};
 use agentry_runtime::model::{Policy, PolicyConfig, Sampling};
-use agentry_runtime::rollout::{EpisodeSpec, play};
+use agentry_runtime::rollout::{EpisodeSpec, ForkPlan, continue_forks, play, play_with_forks};
 use agentry_runtime::text::{ChatFormat, Tokenizer};
 use burn::backend::Flex;
 use burn::tensor::backend::Backend;
@@ -181,5 +182,101 @@ fn transcripts_never_exceed_the_context() {
             (Status::TaskLimitReached, 0)
         );
     }
+    assert_eq!(controller.stats().live_sessions, 0);
+}
+
+/// A task with a short instruction whose episodes only end at their turn limit.
+struct Patient;
+
+impl TaskGenerator for Patient {
+    fn version(&self) -> &str {
+        "patient-1"
+    }
+
+    fn instance(&self, _: Split, _: u8, _: u64) -> Box<dyn Environment> {
+        Box::new(PatientEnv)
+    }
+}
+
+#[derive(Clone)]
+struct PatientEnv;
+
+impl Environment for PatientEnv {
+    fn reset(&mut self) -> Reset {
+        Reset {
+            instruction: "wait".into(),
+            tools: Vec::new(),
+        }
+    }
+
+    fn step(&mut self, _: &ToolCall) -> Step {
+        Step {
+            observation: "waited".into(),
+            reward: 0.5,
+            status: Status::Running,
+        }
+    }
+
+    fn oracle(&self) -> Option<ToolCall> {
+        None
+    }
+
+    fn success(&self) -> bool {
+        false
+    }
+
+    fn box_clone(&self) -> Box<dyn Environment> {
+        Box::new(self.clone())
+    }
+}
+
+#[test]
+fn snapshots_are_taken_at_their_boundaries_and_their_continuations_end_every_session() {
+    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Patient)];
+    let chat = chat();
+    let policy = policy(&chat);
+    let controller = Controller::new(ControllerConfig::default()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let plan = ForkPlan {
+        boundaries: vec![0, 2],
+        k: 3,
+    };
+    // Three turns each: episodes are snapshotted at the start and after their second turn
+    // (never after the third, the last).
+    let (episodes, forks) = play_with_forks(
+        &policy,
+        &chat,
+        &tasks,
+        &controller,
+        &specs(1, 3),
+        &sampling(&chat),
+        256,
+        &plan,
+        &mut rng,
+    );
+    // Every episode at the start; after turn 2, those that went on to a third turn.
+    let places: Vec<(usize, u32)> = forks.iter().map(|f| (f.episode, f.boundary)).collect();
+    let went_on: Vec<(usize, u32)> = (0..8)
+        .filter(|&i| episodes[i].turns == 3)
+        .map(|i| (i, 2))
+        .collect();
+    assert_eq!(went_on.len(), 8, "every episode runs to its limit");
+    let expected: Vec<(usize, u32)> = (0..8).map(|i| (i, 0)).chain(went_on).collect();
+    assert_eq!(places, expected);
+    // The snapshots' copies are live sessions until their continuations are played.
+    let snapshots = places.len();
+    assert_eq!(controller.stats().live_sessions, snapshots * 3);
+    let returns = continue_forks(
+        &policy,
+        &chat,
+        &controller,
+        forks,
+        &sampling(&chat),
+        256,
+        1.0,
+        &mut rng,
+    );
+    assert_eq!(returns.len(), snapshots);
+    assert!(returns.iter().all(|r| r.len() == 3));
     assert_eq!(controller.stats().live_sessions, 0);
 }

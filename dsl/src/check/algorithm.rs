@@ -187,11 +187,7 @@ impl Checker {
             None => Some(1.0),
         };
         let credit = match table.get("credit") {
-            Some(v) => self.choice(
-                "credit",
-                v,
-                &[("outcome", Credit::Outcome), ("turn", Credit::Turn)],
-            ),
+            Some(v) => self.credit(v, kind),
             None => Some(Credit::Outcome),
         };
         let gamma = match table.get("gamma") {
@@ -409,6 +405,87 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// `credit = outcome | turn | monte_carlo(k = K, turns = a .. b)`.
+    fn credit(&mut self, value: &Value, kind: Option<AlgorithmKind>) -> Option<Credit> {
+        let ValueKind::Call { name, args } = &value.kind else {
+            return self.choice(
+                "credit",
+                value,
+                &[("outcome", Credit::Outcome), ("turn", Credit::Turn)],
+            );
+        };
+        if name.name != "monte_carlo" {
+            let names = ["outcome", "turn", "monte_carlo"];
+            let hint = suggest(&name.name, names).unwrap_or_else(|| {
+                "credit is `outcome`, `turn` or `monte_carlo(k = 4, turns = 0 .. 2)`".into()
+            });
+            self.error(
+                Diagnostic::new(
+                    name.span,
+                    format!("unknown credit `{}`", name.name),
+                    "unknown credit",
+                )
+                .with_hint(hint),
+            );
+            return None;
+        }
+        let args = self.args(name, args, 0, &["k", "turns"])?;
+        let k = match args.named("k") {
+            Some(v) => self.size("k", v, 1),
+            None => {
+                self.error(
+                    Diagnostic::new(value.span, "`monte_carlo` needs `k`", "no `k`")
+                        .with_hint("write `credit = monte_carlo(k = 4)`: continuations per state"),
+                );
+                None
+            }
+        };
+        let (first, last) = match args.named("turns").map(|v| (v, &v.kind)) {
+            None => (Some(0), Some(None)),
+            Some((_, ValueKind::Range(lo, hi))) => {
+                let lo_span = lo.span;
+                let (first, last) = (self.uint32("turns", lo, 0), self.uint32("turns", hi, 0));
+                match (first, last) {
+                    (Some(a), Some(b)) if a > b => {
+                        self.error(
+                            Diagnostic::new(
+                                lo_span.to(hi.span),
+                                format!("`turns` range `{a} .. {b}` is reversed"),
+                                "first boundary first",
+                            )
+                            .with_hint(format!("write `turns = {b} .. {a}`")),
+                        );
+                        (None, None)
+                    }
+                    (a, b) => (a, b.map(Some)),
+                }
+            }
+            Some((v, _)) => {
+                let at = self.uint32("turns", v, 0);
+                (at, at.map(Some))
+            }
+        };
+        if let Some(other) = kind.filter(|k| *k != AlgorithmKind::ReinforcePp) {
+            self.error(
+                Diagnostic::new(
+                    value.span,
+                    format!("Monte-Carlo credit does not combine with {}", other.name()),
+                    "its estimates are the baseline",
+                )
+                .with_hint(
+                    "the Monte-Carlo values replace the estimator's baseline; use `algorithm \
+                     reinforce_pp`, whose only normalization is whitening over the batch",
+                ),
+            );
+            return None;
+        }
+        Some(Credit::MonteCarlo {
+            k: k?,
+            first: first?,
+            last: last?,
+        })
     }
 
     /// `sft_from = oracle | successes | successes(keep = n)`.

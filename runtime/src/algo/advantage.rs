@@ -130,6 +130,9 @@ pub struct Trajectory<'a> {
     pub turn_rewards: &'a [f32],
     /// The agent tokens of each turn.
     pub turn_tokens: &'a [usize],
+    /// Monte-Carlo credit: the estimated value of the state each turn started from (0 where
+    /// none was estimated); empty otherwise.
+    pub turn_values: &'a [f32],
 }
 
 /// The advantage of every agent token of every trajectory, in order, before normalization.
@@ -139,7 +142,9 @@ pub struct Trajectory<'a> {
 /// on ([`returns_to_go`]), against the baseline of the trajectory's whole return `G_0`
 /// ([`outcome_baselines`]): a turn is credited with what it and later turns earned, not with
 /// rewards that came before it. With rewards only on the last turn and `gamma = 1`, `G_k` is
-/// the outcome for every `k`, so both credits agree. `None` for PPO (it needs a critic).
+/// the outcome for every `k`, so both credits agree. Monte-Carlo credit is turn credit with the
+/// estimated value of each turn's starting state subtracted, `G_k - V(s_k)`. `None` for PPO
+/// (it needs a critic).
 pub fn credited_advantages(
     kind: AlgorithmKind,
     credit: Credit,
@@ -151,8 +156,10 @@ pub fn credited_advantages(
         .iter()
         .map(|t| match credit {
             Credit::Outcome => vec![(t.reward, t.turn_tokens.iter().sum())],
-            Credit::Turn => returns_to_go(t.turn_rewards, gamma)
+            Credit::Turn | Credit::MonteCarlo { .. } => returns_to_go(t.turn_rewards, gamma)
                 .into_iter()
+                .enumerate()
+                .map(|(k, g)| g - t.turn_values.get(k).copied().unwrap_or(0.0))
                 .zip(t.turn_tokens.iter().copied())
                 .collect(),
         })
@@ -162,7 +169,7 @@ pub fn credited_advantages(
         .zip(&spans)
         .map(|(t, spans)| match credit {
             Credit::Outcome => t.reward,
-            Credit::Turn => spans.first().map_or(0.0, |(g, _)| *g),
+            Credit::Turn | Credit::MonteCarlo { .. } => spans.first().map_or(0.0, |(g, _)| *g),
         })
         .collect();
     let groups: Vec<usize> = trajectories.iter().map(|t| t.group).collect();
@@ -323,12 +330,14 @@ mod tests {
                 reward: 1.5,
                 turn_rewards: &[0.5, 0.0, 1.0],
                 turn_tokens: &[2, 1, 2],
+                turn_values: &[],
             },
             Trajectory {
                 group: 0,
                 reward: 0.0,
                 turn_rewards: &[0.0],
                 turn_tokens: &[3],
+                turn_values: &[],
             },
         ];
         let a = credited_advantages(AlgorithmKind::Grpo, Credit::Turn, 0.5, &trajectories).unwrap();
@@ -344,6 +353,20 @@ mod tests {
         assert!(
             credited_advantages(AlgorithmKind::Ppo, Credit::Turn, 1.0, &trajectories).is_none()
         );
+        // Monte-Carlo credit: the value of each turn's starting state is subtracted (turn 1's
+        // start was not estimated). REINFORCE++ keeps the returns as they are (whitening
+        // comes later).
+        let mc = Credit::MonteCarlo {
+            k: 4,
+            first: 1,
+            last: None,
+        };
+        let valued = [Trajectory {
+            turn_values: &[0.0, 0.25, 0.5],
+            ..trajectories[0]
+        }];
+        let a = credited_advantages(AlgorithmKind::ReinforcePp, mc, 0.5, &valued).unwrap();
+        close(&a[0], &[0.75, 0.75, 0.25, 0.5, 0.5]);
     }
 
     #[test]
@@ -455,6 +478,7 @@ mod tests {
                         reward: *r,
                         turn_rewards: turns,
                         turn_tokens: tokens,
+                        turn_values: &[],
                     })
                     .collect();
                 for kind in [
