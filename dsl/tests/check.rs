@@ -892,3 +892,39 @@ fn monte_carlo_credit_is_checked() {
     assert_eq!(d.message, "Monte-Carlo credit does not combine with grpo");
     assert!(d.hint.unwrap().contains("reinforce_pp"));
 }
+
+#[test]
+fn combinations_that_cannot_work_are_errors() {
+    let rpp = |keys: &str| {
+        with("algorithm grpo", "algorithm reinforce_pp").replacen(
+            "group_size = 4",
+            &format!("group_size = 1, {keys}"),
+            1,
+        )
+    };
+    let source = rpp("advantage_norm = group");
+    let d = error(&source);
+    assert_eq!(d.message, "`advantage_norm = group` needs groups");
+    assert_eq!(text(&source, &d), "group");
+    let source = rpp("filter = reward_std(keep = 0.5)");
+    let d = error(&source);
+    assert_eq!(d.message, "`filter = reward_std(...)` needs groups");
+    assert!(d.hint.unwrap().contains("group_size"));
+    // With groups both are fine.
+    let source = with("algorithm grpo", "algorithm reinforce_pp").replacen(
+        "group_size = 4",
+        "group_size = 4, advantage_norm = group, filter = reward_std(keep = 0.5)",
+        1,
+    );
+    assert!(check(&source).is_ok());
+
+    let source = MINIMAL.replacen(
+        "arch = transformer",
+        "arch = transformer, value_head = separate",
+        1,
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "grpo does not use a value head");
+    assert_eq!(text(&source, &d), "grpo");
+    assert!(d.hint.unwrap().contains("algorithm ppo"));
+}

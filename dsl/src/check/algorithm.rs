@@ -231,6 +231,54 @@ impl Checker {
                 .map(Some),
             None => Some(Some(1.0)),
         };
+        // Keys that cannot work with groups of one episode.
+        if group_size == Some(1) {
+            if let (Some(v), Some(AdvantageNorm::Group)) =
+                (table.get("advantage_norm"), advantage_norm)
+            {
+                self.error(
+                    Diagnostic::new(
+                        v.span,
+                        "`advantage_norm = group` needs groups",
+                        "every group has one episode",
+                    )
+                    .with_hint(
+                        "normalizing a group of one episode sets all its advantages to 0; use \
+                         `batch` or `per_task`, or a `group_size` of 2 or more",
+                    ),
+                );
+            }
+            if let (Some(v), Some(Filter::RewardStd { .. })) = (table.get("filter"), filter) {
+                self.error(
+                    Diagnostic::new(
+                        v.span,
+                        "`filter = reward_std(...)` needs groups",
+                        "every group has one episode",
+                    )
+                    .with_hint(
+                        "a group of one has no reward spread to rank by; remove the filter, or \
+                         set `group_size` to 2 or more",
+                    ),
+                );
+            }
+        }
+        if let (Some(kind), Some(model)) = (kind, model)
+            && kind != AlgorithmKind::Ppo
+            && model.value_head != ValueHead::None
+        {
+            self.error(
+                Diagnostic::new(
+                    kind_ident.span,
+                    format!("{} does not use a value head", kind.name()),
+                    "no critic here",
+                )
+                .with_hint(format!(
+                    "only PPO trains a critic; remove `value_head` from `model {}`, or use \
+                     `algorithm ppo`",
+                    model.name
+                )),
+            );
+        }
         Some(Algorithm {
             kind: kind?,
             group_size: group_size?,
