@@ -19,10 +19,11 @@
 //! u64 length  reference    (the same format; length 0 when there is none)
 //! u64 length  critic       (the same format; length 0 without a separate critic)
 //! u64 length  critic optimizer (the same format; length 0 without a separate critic)
+//! u64 length  stale engine (the same format; length 0 without cross-policy sampling)
 //! u64 FNV-1a 64 of every byte before it
 //! ```
 //!
-//! Version 2 added the two critic sections. A file of another version is refused with a
+//! Version 2 added the two critic sections, version 3 the stale engine's weights. A file of another version is refused with a
 //! message saying whether it is older or newer than this build; there is no migration (a
 //! version-1 file holds no PPO run, but its sections would be read out of place).
 //!
@@ -56,16 +57,17 @@ use crate::train::Evaluation;
 
 /// The first bytes of every checkpoint file.
 const MAGIC: &[u8; 8] = b"AGNTCKPT";
-/// The layout version this build writes and reads (2: the critic sections).
-pub const FORMAT_VERSION: u32 = 2;
+/// The layout version this build writes and reads (3: the stale engine section).
+pub const FORMAT_VERSION: u32 = 3;
 /// The sections after the preamble, in file order.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "header",
     "weights",
     "optimizer",
     "reference",
     "critic",
     "critic optimizer",
+    "stale engine",
 ];
 /// The folder of a run directory holding its checkpoints.
 pub const DIR: &str = "checkpoints";
@@ -220,6 +222,9 @@ struct Header {
     /// The stability monitor's state (absent in files written before it existed: fresh).
     #[serde(default)]
     monitor: Monitor,
+    /// Cross-policy sampling: the version of the stale engine's weights.
+    #[serde(default)]
+    stale_version: Option<u64>,
 }
 
 /// The optimizer of a policy-shaped network (the policy, or PPO's separate critic).
@@ -258,6 +263,8 @@ pub struct Snapshot<'a, B: AutodiffBackend> {
     pub successes: &'a [Transcript],
     /// The stability monitor.
     pub monitor: &'a Monitor,
+    /// Cross-policy sampling: the stale engine's weights and their version.
+    pub stale: Option<(&'a Policy<B::InnerBackend>, u64)>,
 }
 
 fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
@@ -287,6 +294,7 @@ impl<B: AutodiffBackend> Snapshot<'_, B> {
             metrics_len: self.metrics_len,
             successes: self.successes.to_vec(),
             monitor: self.monitor.clone(),
+            stale_version: self.stale.map(|(_, version)| version),
         };
         let header = serde_json::to_vec(&header).map_err(|e| failed(e.to_string()))?;
         let weights = Recorder::<B>::record(&recorder(), self.policy.clone().into_record(), ())
@@ -309,6 +317,13 @@ impl<B: AutodiffBackend> Snapshot<'_, B> {
             ),
             None => (Vec::new(), Vec::new()),
         };
+        let stale = match self.stale {
+            Some((stale, _)) => {
+                Recorder::<B::InnerBackend>::record(&recorder(), stale.clone().into_record(), ())
+                    .map_err(|e| failed(format!("stale engine: {e}")))?
+            }
+            None => Vec::new(),
+        };
         let sections = [
             &header,
             &weights,
@@ -316,6 +331,7 @@ impl<B: AutodiffBackend> Snapshot<'_, B> {
             &reference,
             &critic,
             &critic_optimizer,
+            &stale,
         ];
         let mut bytes = Vec::with_capacity(
             PREAMBLE + 8 * sections.len() + 8 + sections.iter().map(|s| s.len()).sum::<usize>(),
@@ -428,6 +444,8 @@ pub struct Checkpoint {
     reference: Option<Vec<u8>>,
     /// The separate critic's weights and optimizer state.
     critic: Option<(Vec<u8>, Vec<u8>)>,
+    /// The stale engine's weights.
+    stale: Option<Vec<u8>>,
 }
 
 impl Checkpoint {
@@ -565,6 +583,7 @@ impl Checkpoint {
             optimizer: sections[2].to_vec(),
             reference: (!sections[3].is_empty()).then(|| sections[3].to_vec()),
             critic: (!sections[4].is_empty()).then(|| (sections[4].to_vec(), sections[5].to_vec())),
+            stale: (!sections[6].is_empty()).then(|| sections[6].to_vec()),
             header,
         })
     }
@@ -778,7 +797,27 @@ impl Checkpoint {
         self.load_optimizer(optimizer, &self.optimizer, "optimizer", device)
     }
 
-    /// PPO's separate critic and its optimizer, loaded into `critic` (the policy as the
+    /// Cross-policy sampling's stale engine, loaded into `policy` (shaped as the policy), with
+    /// its version; `None` when the run has none.
+    pub fn restore_stale<B: Backend>(
+        &self,
+        policy: Policy<B>,
+        device: &B::Device,
+    ) -> Result<Option<(Policy<B>, u64)>, CheckpointError> {
+        match (&self.stale, self.header.stale_version) {
+            (Some(bytes), Some(version)) => Ok(Some((
+                self.load_weights(policy, bytes, "stale engine weights", device)?,
+                version,
+            ))),
+            (None, None) => Ok(None),
+            _ => {
+                Err(self
+                    .corrupt("the stale engine's weights and version do not come together".into()))
+            }
+        }
+    }
+
+    /// PPO's separate critic and its optimizer, loaded into `critic` (a fresh one, as the
     /// experiment builds it, with a value head) and `optimizer` (fresh, of the declared kind);
     /// `None` when the checkpoint has no critic (before RL, or another algorithm).
     pub fn restore_critic<B: AutodiffBackend>(

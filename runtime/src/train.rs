@@ -36,9 +36,10 @@ use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
 use crate::monitor::Monitor;
 use crate::optim::{PolicyOptimizer, clip_global_norm};
+use crate::pool::{Engine, Engines, stale_version};
 use crate::rollout::{
     Episode, EpisodeSpec, Fork, ForkPlan, continue_forks, demonstration, oracle_text, play,
-    play_with_forks,
+    play_in_pool,
 };
 use crate::text::{ChatFormat, Tokenizer, Transcript};
 
@@ -130,11 +131,6 @@ fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
     let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
     if spec.pool.mode == spec::PoolMode::Async {
         return refuse("`pool.mode = async` is not implemented yet; use `mode = sync`");
-    }
-    if spec.pool.cross_policy > 0.0 {
-        return refuse(
-            "cross-policy sampling (`pool.cross_policy > 0`) is not implemented yet; set it to 0",
-        );
     }
     Ok(())
 }
@@ -232,6 +228,8 @@ struct Trainer<B: AutodiffBackend> {
     /// `sft_from = successes`: the latest solved training episodes, oldest first.
     successes: VecDeque<Transcript>,
     monitor: Monitor,
+    /// Cross-policy sampling: the stale engines' weights and their version.
+    stale: Option<(Policy<B::InnerBackend>, u64)>,
 }
 
 impl<B: AutodiffBackend> Trainer<B> {
@@ -316,6 +314,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let mut critic = None;
         let mut successes = VecDeque::new();
         let mut monitor = Monitor::default();
+        let mut stale = None;
         let run_dir = match &resume {
             None => RunDir::create(&options.out, &spec.name, spec.seed)?,
             Some(checkpoint) => {
@@ -333,6 +332,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 skipped = checkpoint.skipped_steps();
                 successes = checkpoint.successes().iter().cloned().collect();
                 monitor = checkpoint.monitor().clone();
+                stale = checkpoint.restore_stale(policy.valid(), &device)?;
                 let (run_dir, superseded) =
                     RunDir::reopen(&checkpoint.run_dir()?, checkpoint.metrics_len())?;
                 let mut note = format!("resuming from {} ({phase})", checkpoint.path().display());
@@ -382,6 +382,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             skipped,
             successes,
             monitor,
+            stale,
         })
     }
 
@@ -574,41 +575,48 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         let sampling = self.sampling(false);
         let inference = self.policy.valid();
-        let (mut episodes, estimates) = match algorithm.credit {
+        // Cross-policy sampling: the stale engines take the newest weights every
+        // `refresh_every` updates (and at the start of RL).
+        let pool = &self.spec.pool;
+        let fresh_version = step - 1;
+        if pool.cross_policy > 0.0 && stale_version(step, pool.refresh_every) == fresh_version {
+            self.stale = Some((inference.clone(), fresh_version));
+        }
+        let engines = Engines {
+            fresh: Engine {
+                policy: &inference,
+                version: fresh_version,
+            },
+            stale: self.stale.as_ref().map(|(policy, version)| Engine {
+                policy,
+                version: *version,
+            }),
+            cross_policy: pool.cross_policy,
+        };
+        let plan = match algorithm.credit {
             Credit::MonteCarlo { k, .. } => {
                 let longest = specs.iter().map(|s| s.max_turns).max().unwrap_or(0);
-                let plan = ForkPlan {
+                Some(ForkPlan {
                     boundaries: algorithm.credit.boundaries(longest),
                     k,
-                };
-                let (mut episodes, forks) = play_with_forks(
-                    &inference,
-                    &self.chat,
-                    &self.tasks,
-                    &self.controller,
-                    &specs,
-                    &sampling,
-                    self.context,
-                    &plan,
-                    &mut self.rng,
-                );
-                let estimates = self.monte_carlo_values(&inference, &mut episodes, forks);
-                (episodes, Some(estimates))
+                })
             }
-            _ => {
-                let episodes = play(
-                    &inference,
-                    &self.chat,
-                    &self.tasks,
-                    &self.controller,
-                    &specs,
-                    &sampling,
-                    self.context,
-                    &mut self.rng,
-                );
-                (episodes, None)
-            }
+            _ => None,
         };
+        let (mut episodes, forks) = play_in_pool(
+            &engines,
+            &self.chat,
+            &self.tasks,
+            &self.controller,
+            &specs,
+            &sampling,
+            self.context,
+            plan.as_ref(),
+            &mut self.rng,
+        );
+        let estimates = plan
+            .is_some()
+            .then(|| self.monte_carlo_values(&inference, &mut episodes, forks));
         let rollout_seconds = started.elapsed().as_secs_f64();
 
         let mut record = RlRecord {
@@ -639,6 +647,13 @@ impl<B: AutodiffBackend> Trainer<B> {
 
         if algorithm.kl.placement == KlPlacement::Reward {
             self.penalize_kl(&mut episodes);
+        }
+        // Like the filter below, the staleness bound decides what is trained on; the success and
+        // return above describe every episode played.
+        if self.stale.is_some() {
+            let (kept, dropped) = self.within_staleness(episodes, fresh_version, &mut record);
+            episodes = kept;
+            record.dropped = Some(dropped);
         }
         let episodes = filter_groups(episodes, algorithm.filter);
         record.groups_kept = episodes
@@ -792,6 +807,41 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         record.update_seconds = update_started.elapsed().as_secs_f64();
         Ok(record)
+    }
+
+    /// Cross-policy sampling: records how many turns each policy version generated, and keeps
+    /// only the episodes whose every turn is within `max_staleness` versions of the fresh one.
+    /// Returns the kept episodes and the count dropped.
+    fn within_staleness(
+        &self,
+        episodes: Vec<Episode>,
+        fresh_version: u64,
+        record: &mut RlRecord,
+    ) -> (Vec<Episode>, usize) {
+        let mut histogram = BTreeMap::new();
+        for version in episodes.iter().flat_map(|e| &e.turn_versions) {
+            *histogram.entry(fresh_version - version).or_insert(0) += 1;
+        }
+        let turns: usize = histogram.values().sum();
+        let stale: usize = histogram
+            .iter()
+            .filter(|(behind, _)| **behind > 0)
+            .map(|(_, n)| n)
+            .sum();
+        record.stale_turns = Some(if turns == 0 {
+            0.0
+        } else {
+            stale as f64 / turns as f64
+        });
+        record.staleness = histogram;
+        let oldest = fresh_version.saturating_sub(self.spec.pool.max_staleness);
+        let before = episodes.len();
+        let kept: Vec<Episode> = episodes
+            .into_iter()
+            .filter(|e| e.turn_versions.iter().all(|v| *v >= oldest))
+            .collect();
+        let dropped = before - kept.len();
+        (kept, dropped)
     }
 
     /// Monte-Carlo credit: plays the snapshots' continuations with the current policy and sets
@@ -1128,6 +1178,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             metrics_len: self.run_dir.metrics_len()?,
             successes: self.successes.as_slices().0,
             monitor: &self.monitor,
+            stale: self
+                .stale
+                .as_ref()
+                .map(|(policy, version)| (policy, *version)),
         }
         .save(self.run_dir.path())?;
         self.saved = Some(self.phase);

@@ -477,7 +477,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 fn sections(bytes: &[u8]) -> Vec<Vec<u8>> {
     let mut at = 12;
     let mut out = Vec::new();
-    for _ in 0..6 {
+    for _ in 0..7 {
         let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
         out.push(bytes[at + 8..at + 8 + len].to_vec());
         at += 8 + len;
@@ -563,8 +563,8 @@ fn corrupt_checkpoints_are_rejected() {
         bytes[at] ^= 0x10;
         expect(&bytes, "checksum mismatch");
     }
-    // The last 24 bytes are the (empty) critic sections' lengths and the checksum: a flipped
-    // length bit reads as a section running past the end of the file.
+    // The last 32 bytes are the (empty) critic and stale-engine sections' lengths and the
+    // checksum: a flipped length bit reads as a section running past the end of the file.
     let mut bytes = whole.clone();
     bytes[whole.len() - 20] ^= 0x10;
     expect(&bytes, "truncated");
@@ -575,15 +575,17 @@ fn corrupt_checkpoints_are_rejected() {
     bytes[8] = 9;
     expect(
         &bytes,
-        "format version 9, but this build reads only version 2: a newer Agentry",
+        "format version 9, but this build reads only version 3: a newer Agentry",
     );
-    // Version 1 had no critic sections: refused as older, not read out of place.
-    let mut bytes = whole.clone();
-    bytes[8] = 1;
-    expect(
-        &bytes,
-        "format version 1, but this build reads only version 2: an older Agentry",
-    );
+    // Versions 1 and 2 lack later sections: refused as older, not read out of place.
+    for old in [1, 2] {
+        let mut bytes = whole.clone();
+        bytes[8] = old;
+        expect(
+            &bytes,
+            &format!("format version {old}, but this build reads only version 3: an older Agentry"),
+        );
+    }
     let mut bytes = whole.clone();
     bytes.extend_from_slice(b"junk");
     expect(&bytes, "unexpected bytes after the checksum");
@@ -850,4 +852,41 @@ fn monte_carlo_credit_values_states_by_continuations_and_resumes_exactly() {
     let first = run_experiment(&experiment, &out, 2, None).unwrap();
     let resumed = run_experiment(&experiment, &out, 4, Some(&first.run_dir)).unwrap();
     assert_eq!(metrics(&resumed.run_dir), expected);
+}
+
+#[test]
+fn cross_policy_sampling_mixes_versions_and_resumes_exactly() {
+    let _guard = serial();
+    // Stale engines refreshed every 2 updates: at steps 2 and 4 they are one version behind.
+    let source = TINY
+        .replace(
+            "algorithm grpo { group_size = 2, kl",
+            "pool { engines = 2, stale = 1 { refresh_every = 2 }, cross_policy = 0.5, \
+             max_staleness = 2 }\n    algorithm grpo { group_size = 2, is_cap = 2, kl",
+        )
+        .replace("tiny_resume", "tiny_cross_policy");
+    let straight = run(&source, &scratch("cross-straight"), 4, None).unwrap();
+    let expected = metrics(&straight.run_dir);
+    let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
+    assert_eq!(rl.len(), 4);
+    for line in &rl {
+        let step = line["step"].as_u64().unwrap();
+        let staleness = line["staleness"].as_object().unwrap();
+        // At steps 1 and 3 the stale engine was just refreshed: every turn is version-fresh.
+        let behind: Vec<&String> = staleness.keys().collect();
+        if step % 2 == 1 {
+            assert_eq!(behind, ["0"], "{line}");
+            assert_eq!(line["stale_turns"].as_f64(), Some(0.0));
+        } else {
+            assert!(staleness.contains_key("1"), "{line}");
+            let stale = line["stale_turns"].as_f64().unwrap();
+            assert!(stale > 0.0 && stale < 1.0, "{line}");
+        }
+        assert_eq!(line["dropped"].as_u64(), Some(0), "{line}");
+    }
+    let out = scratch("cross-split");
+    let first = run(&source, &out, 1, None).unwrap();
+    let resumed = run(&source, &out, 4, Some(&first.run_dir)).unwrap();
+    assert_eq!(metrics(&resumed.run_dir), expected);
+    same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
 }

@@ -5,10 +5,12 @@ use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::kg::Kg;
 use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall};
 use agentry_runtime::model::{Policy, PolicyConfig, Sampling};
-use agentry_runtime::rollout::{EpisodeSpec, ForkPlan, continue_forks, play, play_with_forks};
+use agentry_runtime::pool::{Engine, Engines};
+use agentry_runtime::rollout::{EpisodeSpec, ForkPlan, continue_forks, play, play_in_pool};
 use agentry_runtime::text::{ChatFormat, Tokenizer};
 use burn::backend::Flex;
 use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -58,8 +60,12 @@ fn chat() -> ChatFormat {
 }
 
 fn policy(chat: &ChatFormat) -> Policy<Flex> {
+    policy_seeded(chat, 1)
+}
+
+fn policy_seeded(chat: &ChatFormat, seed: u64) -> Policy<Flex> {
     let device = Default::default();
-    Flex::seed(&device, 1);
+    Flex::seed(&device, seed);
     PolicyConfig {
         vocab: chat.tokenizer().vocab_size(),
         layers: 1,
@@ -243,15 +249,15 @@ fn snapshots_are_taken_at_their_boundaries_and_their_continuations_end_every_ses
     };
     // Three turns each: episodes are snapshotted at the start and after their second turn
     // (never after the third, the last).
-    let (episodes, forks) = play_with_forks(
-        &policy,
+    let (episodes, forks) = play_in_pool(
+        &Engines::single(&policy, 0),
         &chat,
         &tasks,
         &controller,
         &specs(1, 3),
         &sampling(&chat),
         256,
-        &plan,
+        Some(&plan),
         &mut rng,
     );
     // Every episode at the start; after turn 2, those that went on to a third turn.
@@ -279,4 +285,106 @@ fn snapshots_are_taken_at_their_boundaries_and_their_continuations_end_every_ses
     assert_eq!(returns.len(), snapshots);
     assert!(returns.iter().all(|r| r.len() == 3));
     assert_eq!(controller.stats().live_sessions, 0);
+}
+
+#[test]
+fn cross_policy_sampling_records_each_turns_engine_and_its_log_probabilities() {
+    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Patient)];
+    let chat = chat();
+    let fresh = policy_seeded(&chat, 1);
+    let stale = policy_seeded(&chat, 2);
+    let controller = Controller::new(ControllerConfig::default()).unwrap();
+    let engines = |cross_policy: f64| Engines {
+        fresh: Engine {
+            policy: &fresh,
+            version: 7,
+        },
+        stale: Some(Engine {
+            policy: &stale,
+            version: 5,
+        }),
+        cross_policy,
+    };
+    let play_with = |cross_policy: f64, seed: u64| {
+        play_in_pool(
+            &engines(cross_policy),
+            &chat,
+            &tasks,
+            &controller,
+            &specs(1, 4),
+            &sampling(&chat),
+            256,
+            None,
+            &mut ChaCha8Rng::seed_from_u64(seed),
+        )
+        .0
+    };
+    // Without cross-policy sampling every turn is the fresh engine's; with probability 1, the
+    // stale one's.
+    let versions = |episodes: &[agentry_runtime::rollout::Episode]| -> Vec<u64> {
+        episodes
+            .iter()
+            .flat_map(|e| e.turn_versions.clone())
+            .collect()
+    };
+    assert!(versions(&play_with(0.0, 3)).iter().all(|v| *v == 7));
+    assert!(versions(&play_with(1.0, 3)).iter().all(|v| *v == 5));
+    let episodes = play_with(0.5, 3);
+    let mixed = versions(&episodes);
+    let turns: usize = episodes.iter().map(|e| e.turns as usize).sum();
+    assert_eq!(mixed.len(), turns);
+    let stale_turns = mixed.iter().filter(|v| **v == 5).count();
+    assert!(
+        (turns / 4..=turns * 3 / 4).contains(&stale_turns),
+        "{stale_turns} of {turns} turns stale"
+    );
+    assert!(
+        episodes
+            .iter()
+            .any(|e| e.turn_versions.contains(&5) && e.turn_versions.contains(&7)),
+        "some trajectory mixes versions"
+    );
+    // Each turn's tokens carry the log-probabilities of the engine that generated them.
+    let device = Default::default();
+    for episode in &episodes {
+        let tokens = &episode.transcript.tokens;
+        let row = Tensor::<Flex, 2, Int>::from_data(
+            TensorData::new(
+                tokens.iter().map(|&t| i64::from(t)).collect(),
+                [1, tokens.len()],
+            ),
+            &device,
+        );
+        let all = vec![true; tokens.len() - 1];
+        let under = |policy: &Policy<Flex>| -> Vec<f32> {
+            policy
+                .scored_logprobs(row.clone(), &all, 1.0)
+                .into_data()
+                .into_vec()
+                .unwrap()
+        };
+        let (by_fresh, by_stale) = (under(&fresh), under(&stale));
+        assert!(
+            by_fresh != by_stale,
+            "the engines differ, so the check can fail"
+        );
+        let agent: Vec<usize> = (1..tokens.len())
+            .filter(|&j| episode.transcript.agent_mask[j])
+            .collect();
+        let mut at = agent.into_iter();
+        for (turn, &n) in episode.turn_tokens.iter().enumerate() {
+            let scores = if episode.turn_versions[turn] == 7 {
+                &by_fresh
+            } else {
+                &by_stale
+            };
+            for j in at.by_ref().take(n) {
+                let (recorded, scored) = (episode.logprobs[j], scores[j - 1]);
+                assert!(
+                    (recorded - scored).abs() < 1e-4,
+                    "turn {turn}, token {j}: recorded {recorded}, its engine gives {scored}"
+                );
+            }
+        }
+    }
 }
