@@ -165,6 +165,8 @@ pub struct RlRecord {
     pub skipped: bool,
     /// Wall-clock seconds of the rollout.
     pub rollout_seconds: f64,
+    /// Trajectories played per second of rollout (Monte-Carlo continuations not counted).
+    pub trajectories_per_second: f64,
     /// Wall-clock seconds of the update.
     pub update_seconds: f64,
 }

@@ -625,6 +625,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             tasks: self.task_stats(&episodes),
             sft_alpha: algorithm.sft.at(step - 1),
             rollout_seconds,
+            trajectories_per_second: episodes.len() as f64 / rollout_seconds.max(1e-9),
             mc_continuations: estimates.map(|(n, _)| n),
             mc_value: estimates.and_then(|(_, v)| v),
             ..RlRecord::default()

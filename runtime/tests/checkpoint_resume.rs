@@ -98,6 +98,7 @@ fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
             if let Some(object) = value.as_object_mut() {
                 object.remove("rollout_seconds");
                 object.remove("update_seconds");
+                object.remove("trajectories_per_second");
             }
             value
         })
@@ -889,4 +890,19 @@ fn cross_policy_sampling_mixes_versions_and_resumes_exactly() {
     let resumed = run(&source, &out, 4, Some(&first.run_dir)).unwrap();
     assert_eq!(metrics(&resumed.run_dir), expected);
     same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
+}
+
+#[test]
+fn a_run_stopped_at_any_step_resumes_to_the_straight_run() {
+    let _guard = serial();
+    let straight = run(TINY, &scratch("every-straight"), 4, None).unwrap();
+    let expected = metrics(&straight.run_dir);
+    // Stopped after the warm-up (RL step 0), and after every RL step; step 2 is the test above.
+    for stop in [0, 1, 3] {
+        let out = scratch(&format!("every-{stop}"));
+        let first = run(TINY, &out, stop, None).unwrap();
+        let resumed = run(TINY, &out, 4, Some(&first.run_dir)).unwrap();
+        assert_eq!(metrics(&resumed.run_dir), expected, "stopped at {stop}");
+        same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
+    }
 }
