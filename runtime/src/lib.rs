@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod optim;
+pub mod pipeline;
 pub mod pool;
 pub mod rollout;
 pub mod tasks;

@@ -165,8 +165,16 @@ pub struct RlRecord {
     pub skipped: bool,
     /// Wall-clock seconds of the rollout.
     pub rollout_seconds: f64,
-    /// Trajectories played per second of rollout (Monte-Carlo continuations not counted).
+    /// Trajectories played per second of rollout (Monte-Carlo continuations not counted); in
+    /// an asynchronous run, trajectories trained on per second of RL so far.
     pub trajectories_per_second: f64,
+    /// Asynchronous runs: fraction of the step the trainer spent waiting for episodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trainer_idle: Option<f64>,
+    /// Asynchronous runs: fraction of the workers' time during the step spent blocked on a
+    /// full queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_idle: Option<f64>,
     /// Wall-clock seconds of the update.
     pub update_seconds: f64,
 }

@@ -193,6 +193,101 @@ pub fn continue_forks<B: Backend>(
     returns
 }
 
+/// Continuous batching, for asynchronous rollout: episodes join while others are under way,
+/// and each finished episode leaves as soon as its last turn is played, so a short episode
+/// never waits for a long one.
+pub struct Stream<'a> {
+    chat: &'a ChatFormat,
+    tasks: &'a [Box<dyn TaskGenerator>],
+    controller: &'a Controller,
+    sampling: &'a Sampling,
+    context: usize,
+    episodes: Vec<Episode>,
+    sessions: Vec<Option<SessionId>>,
+}
+
+impl<'a> Stream<'a> {
+    /// An empty stream.
+    pub fn new(
+        chat: &'a ChatFormat,
+        tasks: &'a [Box<dyn TaskGenerator>],
+        controller: &'a Controller,
+        sampling: &'a Sampling,
+        context: usize,
+    ) -> Self {
+        Stream {
+            chat,
+            tasks,
+            controller,
+            sampling,
+            context,
+            episodes: Vec::new(),
+            sessions: Vec::new(),
+        }
+    }
+
+    /// Episodes under way.
+    pub fn len(&self) -> usize {
+        self.episodes.len()
+    }
+
+    /// Whether no episode is under way.
+    pub fn is_empty(&self) -> bool {
+        self.episodes.is_empty()
+    }
+
+    /// Starts the episodes of `specs` (their environments reset now).
+    pub fn admit(&mut self, specs: &[EpisodeSpec]) {
+        let (episodes, sessions) = start(self.chat, self.tasks, self.controller, specs);
+        self.episodes.extend(episodes);
+        self.sessions.extend(sessions);
+    }
+
+    /// Plays one turn of every episode under way with `engines`, and returns the episodes that
+    /// ended (in the order they joined).
+    pub fn turn<B: Backend>(
+        &mut self,
+        engines: &Engines<'_, B>,
+        rng: &mut impl Rng,
+    ) -> Vec<Episode> {
+        let turns = Turns {
+            engines: *engines,
+            chat: self.chat,
+            controller: self.controller,
+            sampling: self.sampling,
+            context: self.context,
+        };
+        let mut forks = Vec::new();
+        turns.turn(
+            &mut self.episodes,
+            &mut self.sessions,
+            None,
+            &mut forks,
+            rng,
+        );
+        let mut finished = Vec::new();
+        let mut kept = (Vec::new(), Vec::new());
+        for (episode, session) in self.episodes.drain(..).zip(self.sessions.drain(..)) {
+            if episode.is_running() {
+                kept.0.push(episode);
+                kept.1.push(session);
+            } else {
+                finished.push(episode);
+            }
+        }
+        (self.episodes, self.sessions) = kept;
+        finished
+    }
+
+    /// Ends every episode under way (their sessions cancelled) and drops them.
+    pub fn cancel(&mut self) {
+        for session in self.sessions.drain(..).flatten() {
+            let _ = self.controller.cancel(session);
+        }
+        self.episodes.clear();
+    }
+}
+
 /// Resets one environment per spec under the controller: the episodes at turn 0 and their
 /// sessions (`None` where the reset failed, which ends that episode with `TaskError`).
 fn start(
@@ -255,107 +350,119 @@ impl<B: Backend> Turns<'_, B> {
         plan: Option<&ForkPlan>,
         rng: &mut impl Rng,
     ) -> Vec<Fork> {
-        let (chat, controller, context) = (self.chat, self.controller, self.context);
         let mut forks = Vec::new();
-        loop {
-            // An instruction too long for the context leaves no room for a reply: the episode
-            // ends before its first turn, with nothing to learn from (an empty transcript).
-            for (i, episode) in episodes.iter_mut().enumerate() {
-                if episode.is_running() && episode.transcript.tokens.len() + 2 > context {
-                    episode.status = Status::TaskLimitReached;
-                    episode.success = finish(controller, sessions[i]);
-                    episode.transcript = Transcript::default();
-                    episode.logprobs.clear();
-                }
+        while self.turn(episodes, sessions, plan, &mut forks, rng) {}
+        forks
+    }
+
+    /// One turn of every running episode (one batched generation per engine); `false` when
+    /// none was running.
+    fn turn(
+        &self,
+        episodes: &mut [Episode],
+        sessions: &mut [Option<SessionId>],
+        plan: Option<&ForkPlan>,
+        forks: &mut Vec<Fork>,
+        rng: &mut impl Rng,
+    ) -> bool {
+        let (chat, controller, context) = (self.chat, self.controller, self.context);
+        // An instruction too long for the context leaves no room for a reply: the episode
+        // ends before its first turn, with nothing to learn from (an empty transcript).
+        for (i, episode) in episodes.iter_mut().enumerate() {
+            if episode.is_running() && episode.transcript.tokens.len() + 2 > context {
+                episode.status = Status::TaskLimitReached;
+                episode.success = finish(controller, sessions[i]);
+                episode.transcript = Transcript::default();
+                episode.logprobs.clear();
             }
-            if let Some(plan) = plan {
-                snapshot(controller, episodes, sessions, plan, &mut forks);
-            }
-            let active: Vec<usize> = (0..episodes.len())
-                .filter(|&i| episodes[i].is_running())
-                .collect();
-            if active.is_empty() {
-                break;
-            }
-            let prompts: Vec<Vec<u32>> = active
-                .iter()
-                .map(|&i| episodes[i].transcript.tokens.clone())
-                .collect();
-            let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-            let turn_sampling = Sampling {
-                max_new_tokens: self
-                    .sampling
-                    .max_new_tokens
-                    .min(context.saturating_sub(longest)),
-                ..self.sampling.clone()
+        }
+        if let Some(plan) = plan {
+            snapshot(controller, episodes, sessions, plan, forks);
+        }
+        let active: Vec<usize> = (0..episodes.len())
+            .filter(|&i| episodes[i].is_running())
+            .collect();
+        if active.is_empty() {
+            return false;
+        }
+        let prompts: Vec<Vec<u32>> = active
+            .iter()
+            .map(|&i| episodes[i].transcript.tokens.clone())
+            .collect();
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let turn_sampling = Sampling {
+            max_new_tokens: self
+                .sampling
+                .max_new_tokens
+                .min(context.saturating_sub(longest)),
+            ..self.sampling.clone()
+        };
+        let picks: Vec<Pick> = active.iter().map(|_| self.engines.pick(rng)).collect();
+        let generations = self.generate(&prompts, &picks, &turn_sampling, rng);
+
+        // Parse every reply; the parsed calls of this turn are stepped together.
+        let parsed: Vec<Result<ToolCall, String>> = generations
+            .iter()
+            .map(|g| parse_call(&chat.agent_text(&g.tokens)))
+            .collect();
+        let calls: Vec<(SessionId, ToolCall)> = active
+            .iter()
+            .zip(&parsed)
+            .filter_map(|(&i, call)| Some((sessions[i]?, call.as_ref().ok()?.clone())))
+            .collect();
+        let mut answers = controller.step_many(&calls).into_iter();
+
+        for (((&i, generation), call), pick) in
+            active.iter().zip(generations).zip(parsed).zip(picks)
+        {
+            let episode = &mut episodes[i];
+            episode
+                .turn_versions
+                .push(self.engines.engine(pick).version);
+            chat.push_agent(&mut episode.transcript, &generation.tokens);
+            episode.logprobs.extend_from_slice(&generation.logprobs);
+            episode.turn_tokens.push(generation.tokens.len());
+            episode.turns += 1;
+            let step = match call {
+                Ok(_) => match answers.next() {
+                    Some(Ok(step)) => step,
+                    Some(Err(e)) => failed(e.to_string()),
+                    None => failed("the controller gave no answer".to_string()),
+                },
+                Err(message) => Step {
+                    observation: message,
+                    reward: 0.0,
+                    status: Status::InvalidAction,
+                },
             };
-            let picks: Vec<Pick> = active.iter().map(|_| self.engines.pick(rng)).collect();
-            let generations = self.generate(&prompts, &picks, &turn_sampling, rng);
-
-            // Parse every reply; the parsed calls of this turn are stepped together.
-            let parsed: Vec<Result<ToolCall, String>> = generations
-                .iter()
-                .map(|g| parse_call(&chat.agent_text(&g.tokens)))
-                .collect();
-            let calls: Vec<(SessionId, ToolCall)> = active
-                .iter()
-                .zip(&parsed)
-                .filter_map(|(&i, call)| Some((sessions[i]?, call.as_ref().ok()?.clone())))
-                .collect();
-            let mut answers = controller.step_many(&calls).into_iter();
-
-            for (((&i, generation), call), pick) in
-                active.iter().zip(generations).zip(parsed).zip(picks)
-            {
-                let episode = &mut episodes[i];
-                episode
-                    .turn_versions
-                    .push(self.engines.engine(pick).version);
-                chat.push_agent(&mut episode.transcript, &generation.tokens);
-                episode.logprobs.extend_from_slice(&generation.logprobs);
-                episode.turn_tokens.push(generation.tokens.len());
-                episode.turns += 1;
-                let step = match call {
-                    Ok(_) => match answers.next() {
-                        Some(Ok(step)) => step,
-                        Some(Err(e)) => failed(e.to_string()),
-                        None => failed("the controller gave no answer".to_string()),
-                    },
-                    Err(message) => Step {
-                        observation: message,
-                        reward: 0.0,
-                        status: Status::InvalidAction,
-                    },
-                };
-                episode.reward += step.reward;
-                episode.turn_rewards.push(step.reward);
-                if step.done() {
-                    episode.status = step.status;
-                    episode.success = sessions[i]
-                        .and_then(|id| controller.success(id).ok())
-                        .unwrap_or(false);
-                } else if episode.turns >= episode.spec.max_turns {
+            episode.reward += step.reward;
+            episode.turn_rewards.push(step.reward);
+            if step.done() {
+                episode.status = step.status;
+                episode.success = sessions[i]
+                    .and_then(|id| controller.success(id).ok())
+                    .unwrap_or(false);
+            } else if episode.turns >= episode.spec.max_turns {
+                episode.status = Status::TaskLimitReached;
+                episode.success = finish(controller, sessions[i]);
+            } else {
+                let before = episode.transcript.tokens.len();
+                chat.push_observation(&mut episode.transcript, &step.observation);
+                if episode.transcript.tokens.len() + 2 > context {
+                    // No reply would fit after this observation: the episode ends here, and
+                    // the observation, which no agent token would follow, is not kept
+                    // (training never sees more than `context` tokens).
+                    episode.transcript.tokens.truncate(before);
+                    episode.transcript.agent_mask.truncate(before);
                     episode.status = Status::TaskLimitReached;
                     episode.success = finish(controller, sessions[i]);
                 } else {
-                    let before = episode.transcript.tokens.len();
-                    chat.push_observation(&mut episode.transcript, &step.observation);
-                    if episode.transcript.tokens.len() + 2 > context {
-                        // No reply would fit after this observation: the episode ends here, and
-                        // the observation, which no agent token would follow, is not kept
-                        // (training never sees more than `context` tokens).
-                        episode.transcript.tokens.truncate(before);
-                        episode.transcript.agent_mask.truncate(before);
-                        episode.status = Status::TaskLimitReached;
-                        episode.success = finish(controller, sessions[i]);
-                    } else {
-                        let added = episode.transcript.tokens.len() - before;
-                        episode.logprobs.extend(std::iter::repeat_n(0.0, added));
-                    }
+                    let added = episode.transcript.tokens.len() - before;
+                    episode.logprobs.extend(std::iter::repeat_n(0.0, added));
                 }
             }
         }
-        forks
+        true
     }
 
     /// One turn's replies: each prompt generated by the engine picked for it, one batched call

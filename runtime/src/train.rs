@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
 use agentry_dsl::spec::{
@@ -36,6 +37,7 @@ use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
 use crate::monitor::Monitor;
 use crate::optim::{PolicyOptimizer, clip_global_norm};
+use crate::pipeline::{Board, Collector, Weights, Worker};
 use crate::pool::{Engine, Engines, stale_version};
 use crate::rollout::{
     Episode, EpisodeSpec, Fork, ForkPlan, continue_forks, demonstration, oracle_text, play,
@@ -129,8 +131,12 @@ pub fn run_on<B: AutodiffBackend>(
 /// Rejects, before any work, what the file may declare but this runtime cannot run yet.
 fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
     let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
-    if spec.pool.mode == spec::PoolMode::Async {
-        return refuse("`pool.mode = async` is not implemented yet; use `mode = sync`");
+    let monte_carlo = matches!(spec.algorithm.credit, spec::Credit::MonteCarlo { .. });
+    if spec.pool.mode == spec::PoolMode::Async && monte_carlo {
+        return refuse(
+            "Monte-Carlo credit with `pool.mode = async` is not implemented yet: its \
+             continuations run in synchronous steps; use `mode = sync`",
+        );
     }
     Ok(())
 }
@@ -202,9 +208,9 @@ enum Loaded<'a, B: Backend> {
 struct Trainer<B: AutodiffBackend> {
     spec: spec::Experiment,
     device_name: String,
-    tasks: Vec<Box<dyn TaskGenerator>>,
+    tasks: Arc<Vec<Box<dyn TaskGenerator>>>,
     /// Steps the environments of every rollout in parallel, isolating failures.
-    controller: Controller,
+    controller: Arc<Controller>,
     chat: ChatFormat,
     policy: Policy<B>,
     optimizer: PolicyOptimizer<Policy<B>, B>,
@@ -357,7 +363,8 @@ impl<B: AutodiffBackend> Trainer<B> {
                 source: std::io::Error::other(e.to_string()),
             })?;
         let controller =
-            Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?;
+            Arc::new(Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?);
+        let tasks = Arc::new(tasks);
         Ok(Trainer {
             controller,
             context,
@@ -445,31 +452,14 @@ impl<B: AutodiffBackend> Trainer<B> {
             let evaluation = self.evaluate(done, "periodic")?;
             out.println(format!("step {done}: success {}", describe(&evaluation)));
         }
-        for step in done + 1..=steps {
-            let mut record = self.rl_step(step)?;
-            self.skipped += u64::from(record.skipped);
-            let (alerts, started) = self.monitor.observe(&record);
-            record.alerts = alerts;
-            for message in started {
-                out.println(format!("warning: {message}"));
+        match self.spec.pool.mode {
+            spec::PoolMode::Sync => {
+                for step in done + 1..=steps {
+                    let record = self.rl_step(step)?;
+                    self.finish_step(step, steps, record, &out)?;
+                }
             }
-            let mut line = format!(
-                "success {:.2} | return {:.2} | loss {:+.4} | entropy {:.2}",
-                record.success, record.mean_return, record.loss, record.entropy
-            );
-            if let (Some(value), Some(ev)) = (record.value_loss, record.explained_variance) {
-                line.push_str(&format!(" | value {value:.4} | ev {ev:+.2}"));
-            }
-            out.update(step, line);
-            self.run_dir.record(&Record::Rl(Box::new(record)))?;
-            self.phase = Phase::Rl { step };
-            if self.checkpoint_due(step) {
-                self.checkpoint()?;
-            }
-            if step < steps && self.periodic_eval_due(step) {
-                let evaluation = self.evaluate(step, "periodic")?;
-                out.println(format!("step {step}: success {}", describe(&evaluation)));
-            }
+            spec::PoolMode::Async => self.run_async(done, steps, &out)?,
         }
         out.finish();
         // The last checkpoint is taken before the final evaluation: a longer run resumed from
@@ -495,6 +485,149 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.run_dir.write_json("summary.json", &summary)?;
         out.println(format!("run directory: {}", summary.run_dir.display()));
         Ok(summary)
+    }
+
+    /// What follows every RL step's update: the stability monitor, the progress line, the
+    /// metrics record, and the checkpoint and periodic evaluation when due.
+    fn finish_step(
+        &mut self,
+        step: u64,
+        steps: u64,
+        mut record: RlRecord,
+        out: &Progress,
+    ) -> Result<(), RunError> {
+        self.skipped += u64::from(record.skipped);
+        let (alerts, started) = self.monitor.observe(&record);
+        record.alerts = alerts;
+        for message in started {
+            out.println(format!("warning: {message}"));
+        }
+        let mut line = format!(
+            "success {:.2} | return {:.2} | loss {:+.4} | entropy {:.2}",
+            record.success, record.mean_return, record.loss, record.entropy
+        );
+        if let (Some(value), Some(ev)) = (record.value_loss, record.explained_variance) {
+            line.push_str(&format!(" | value {value:.4} | ev {ev:+.2}"));
+        }
+        out.update(step, line);
+        self.run_dir.record(&Record::Rl(Box::new(record)))?;
+        self.phase = Phase::Rl { step };
+        if self.checkpoint_due(step) {
+            self.checkpoint()?;
+        }
+        if step < steps && self.periodic_eval_due(step) {
+            let evaluation = self.evaluate(step, "periodic")?;
+            out.println(format!("step {step}: success {}", describe(&evaluation)));
+        }
+        Ok(())
+    }
+
+    /// RL steps `done + 1 ..= steps` with asynchronous rollout ([`crate::pipeline`]): `engines`
+    /// workers play episodes continuously while this thread trains on complete groups.
+    fn run_async(&mut self, done: u64, steps: u64, out: &Progress) -> Result<(), RunError> {
+        let pool = self.spec.pool.clone();
+        let group_size = self.spec.algorithm.group_size.max(1);
+        let groups = (self.spec.train.batch / group_size).max(1);
+        let workers = pool.engines.max(1);
+        // The stale engines: restored with a resumed run, else the policy as it starts.
+        if pool.cross_policy > 0.0 && self.stale.is_none() {
+            self.stale = Some((self.policy.valid(), done));
+        }
+        let board = Arc::new(Board::new(
+            Weights {
+                policy: self.policy.valid(),
+                version: done,
+            },
+            self.stale.as_ref().map(|(policy, version)| Weights {
+                policy: policy.clone(),
+                version: *version,
+            }),
+        ));
+        // Room for a batch and a half of finished episodes: workers run ahead of the trainer
+        // by that much, then wait.
+        let (queue, finished) = mpsc::sync_channel(groups * group_size * 3 / 2);
+        let sampling = self.sampling(false);
+        std::thread::scope(|scope| {
+            for index in 0..workers {
+                let worker = Worker {
+                    index,
+                    workers,
+                    spec: self.spec.clone(),
+                    curriculum: self.curriculum.clone(),
+                    tasks: Arc::clone(&self.tasks),
+                    controller: Arc::clone(&self.controller),
+                    chat: self.chat.clone(),
+                    sampling: sampling.clone(),
+                    context: self.context,
+                    board: Arc::clone(&board),
+                    queue: queue.clone(),
+                };
+                scope.spawn(move || worker.run());
+            }
+            drop(queue);
+            let result = self.train_async(done, steps, out, &board, &finished);
+            board.stop();
+            // Hang up, so that workers blocked on a full queue return.
+            drop(finished);
+            result
+        })
+    }
+
+    /// The trainer's side of [`Trainer::run_async`].
+    fn train_async(
+        &mut self,
+        done: u64,
+        steps: u64,
+        out: &Progress,
+        board: &Board<B::InnerBackend>,
+        finished: &mpsc::Receiver<Episode>,
+    ) -> Result<(), RunError> {
+        let pool = self.spec.pool.clone();
+        let group_size = self.spec.algorithm.group_size.max(1);
+        let groups = (self.spec.train.batch / group_size).max(1);
+        let mut collector = Collector::default();
+        let started = Instant::now();
+        for step in done + 1..=steps {
+            let step_started = Instant::now();
+            let blocked_before = board.blocked_seconds();
+            let episodes = collector
+                .batch(finished, groups, group_size, step - 1, pool.max_staleness)
+                .map_err(|_| RunError::Unsupported("every rollout worker stopped".to_string()))?;
+            let waited = step_started.elapsed().as_secs_f64();
+            let record = RlRecord {
+                rollout_seconds: waited,
+                trajectories_per_second: episodes.len() as f64 / waited.max(1e-9),
+                dropped: Some(std::mem::take(&mut collector.dropped)),
+                ..RlRecord::default()
+            };
+            let mut record = self.learn(step, episodes, record, true)?;
+            // Publish the new weights; the stale engines take them every `refresh_every`.
+            let fresh = self.policy.valid();
+            let refresh =
+                pool.cross_policy > 0.0 && stale_version(step + 1, pool.refresh_every) == step;
+            if refresh {
+                self.stale = Some((fresh.clone(), step));
+            }
+            board.publish(
+                Weights {
+                    policy: fresh.clone(),
+                    version: step,
+                },
+                refresh.then(|| Weights {
+                    policy: fresh,
+                    version: step,
+                }),
+            );
+            let wall = step_started.elapsed().as_secs_f64();
+            record.trainer_idle = Some(waited / wall.max(1e-9));
+            let workers = pool.engines.max(1) as f64;
+            let blocked = board.blocked_seconds() - blocked_before;
+            record.rollout_idle = Some((blocked / (wall * workers).max(1e-9)).min(1.0));
+            record.trajectories_per_second = (step - done) as f64 * (groups * group_size) as f64
+                / started.elapsed().as_secs_f64().max(1e-9);
+            self.finish_step(step, steps, record, out)?;
+        }
+        Ok(())
     }
 
     /// Behaviour cloning of the oracle demonstrations, from warm-up step `done + 1`.
@@ -618,17 +751,37 @@ impl<B: AutodiffBackend> Trainer<B> {
             .is_some()
             .then(|| self.monte_carlo_values(&inference, &mut episodes, forks));
         let rollout_seconds = started.elapsed().as_secs_f64();
-
-        let mut record = RlRecord {
-            step,
-            stage: self.curriculum.stage_name(step - 1).to_string(),
-            tasks: self.task_stats(&episodes),
-            sft_alpha: algorithm.sft.at(step - 1),
+        let record = RlRecord {
             rollout_seconds,
             trajectories_per_second: episodes.len() as f64 / rollout_seconds.max(1e-9),
             mc_continuations: estimates.map(|(n, _)| n),
             mc_value: estimates.and_then(|(_, v)| v),
             ..RlRecord::default()
+        };
+        let versioned = self.stale.is_some();
+        self.learn(step, episodes, record, versioned)
+    }
+
+    /// The update of RL step `step` on `episodes`, filling in `record` (which holds what the
+    /// rollout measured). `versioned`: the episodes' turns may come from older weights, so the
+    /// staleness bound applies and the staleness metrics are recorded.
+    fn learn(
+        &mut self,
+        step: u64,
+        episodes: Vec<Episode>,
+        record: RlRecord,
+        versioned: bool,
+    ) -> Result<RlRecord, RunError> {
+        let mut episodes = episodes;
+        let algorithm = self.spec.algorithm.clone();
+        let group_size = algorithm.group_size.max(1);
+        let fresh_version = step - 1;
+        let mut record = RlRecord {
+            step,
+            stage: self.curriculum.stage_name(step - 1).to_string(),
+            tasks: self.task_stats(&episodes),
+            sft_alpha: algorithm.sft.at(step - 1),
+            ..record
         };
         let returns: Vec<f64> = episodes.iter().map(|e| f64::from(e.reward)).collect();
         record.success =
@@ -651,10 +804,10 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         // Like the filter below, the staleness bound decides what is trained on; the success and
         // return above describe every episode played.
-        if self.stale.is_some() {
+        if versioned {
             let (kept, dropped) = self.within_staleness(episodes, fresh_version, &mut record);
             episodes = kept;
-            record.dropped = Some(dropped);
+            record.dropped = Some(record.dropped.unwrap_or(0) + dropped);
         }
         let episodes = filter_groups(episodes, algorithm.filter);
         record.groups_kept = episodes
@@ -1417,7 +1570,7 @@ struct RlBatch<B: Backend> {
 
 /// One training episode's draw: task, difficulty and budget from the curriculum, a random
 /// instance of the task's training split.
-fn training_draw(
+pub(crate) fn training_draw(
     spec: &spec::Experiment,
     curriculum: &Curriculum,
     step: u64,

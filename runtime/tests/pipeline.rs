@@ -1,0 +1,130 @@
+//! Asynchronous rollout end to end: workers and trainer overlap, every trained turn is within
+//! `max_staleness` versions, the pipeline's metrics are recorded, and a run checkpoints and
+//! resumes.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use agentry_runtime::{Interpreted, RunOptions, RunSummary};
+use burn::backend::{Autodiff, Flex};
+
+/// Runs in one process must not overlap (burn seeds initialization through a global RNG).
+static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("pipeline")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn experiment(pool: &str, name: &str) -> String {
+    format!(
+        r#"
+experiment {name} {{
+    seed = 5
+    device = flex
+    model policy {{ arch = transformer {{ layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 }} }}
+    task kg {{ env = kg, max_turns = 3, difficulty = 1 }}
+    algorithm grpo {{ group_size = 2, kl = k1(0.1, as = reward), is_cap = 2 }}
+    pool {{ {pool} }}
+    train {{
+        steps = 6, batch = 4, lr = 1e-3, max_new_tokens = 8
+        warmup = sft {{ steps = 2, demonstrations = 8, batch = 2 }}
+        checkpoint_every = 3
+    }}
+    eval {{ episodes = 2 }}
+}}
+"#
+    )
+}
+
+fn run(source: &str, out: &Path, steps: u64, resume: Option<&Path>) -> RunSummary {
+    let options = RunOptions {
+        out: out.to_path_buf(),
+        steps: Some(steps),
+        quiet: true,
+        resume: resume.map(Path::to_path_buf),
+        ..RunOptions::default()
+    };
+    let spec = agentry_dsl::check(source).expect("the experiment checks");
+    agentry_runtime::train::run_on::<Autodiff<Flex>>(
+        &Interpreted(spec),
+        &options,
+        Default::default(),
+    )
+    .expect("the run succeeds")
+}
+
+fn rl_lines(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|line| line["phase"] == "rl")
+        .collect()
+}
+
+#[test]
+fn an_async_run_trains_on_finished_groups_within_the_staleness_bound() {
+    let _guard = serial();
+    for (pool, name) in [
+        (
+            "engines = 2, max_staleness = 1, mode = async",
+            "async_plain",
+        ),
+        (
+            "engines = 2, stale = 1 { refresh_every = 2 }, cross_policy = 0.5, max_staleness = 3, mode = async",
+            "async_cross_policy",
+        ),
+    ] {
+        let source = experiment(pool, name);
+        let summary = run(&source, &scratch(name), 6, None);
+        let lines = rl_lines(&summary.run_dir);
+        assert_eq!(lines.len(), 6, "{name}");
+        for line in &lines {
+            let step = line["step"].as_u64().unwrap();
+            let idle = line["trainer_idle"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&idle), "{line}");
+            let rollout_idle = line["rollout_idle"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&rollout_idle), "{line}");
+            assert!(line["trajectories_per_second"].as_f64().unwrap() > 0.0);
+            // Every trained turn is at most `max_staleness` versions behind step - 1.
+            let max_staleness = if name == "async_plain" { 1 } else { 3 };
+            let staleness = line["staleness"].as_object().unwrap();
+            assert!(!staleness.is_empty(), "{line}");
+            for behind in staleness.keys() {
+                let behind: u64 = behind.parse().unwrap();
+                assert!(behind <= max_staleness && behind < step, "{line}");
+            }
+            assert!(line["dropped"].as_u64().is_some(), "{line}");
+        }
+        assert!(summary.after_rl.tasks.contains_key("kg"));
+    }
+}
+
+#[test]
+fn an_async_run_resumes_from_its_checkpoint() {
+    let _guard = serial();
+    let source = experiment(
+        "engines = 2, max_staleness = 2, mode = async",
+        "async_resume",
+    );
+    let out = scratch("resume");
+    let first = run(&source, &out, 3, None);
+    assert!(first.run_dir.join("checkpoints/rl-000003.ckpt").exists());
+    let resumed = run(&source, &out, 6, Some(&first.run_dir));
+    let steps: Vec<u64> = rl_lines(&resumed.run_dir)
+        .iter()
+        .map(|l| l["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 2, 3, 4, 5, 6]);
+}
