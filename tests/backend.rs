@@ -104,6 +104,7 @@ fn same_seed_same_run() {
                 if let Some(o) = v.as_object_mut() {
                     o.remove("rollout_seconds");
                     o.remove("update_seconds");
+                    o.remove("trajectories_per_second");
                 }
                 v
             })
