@@ -99,12 +99,13 @@ impl ControllerConfig {
 /// # Errors
 /// If the runtime cannot start or the address cannot be bound (e.g. the port is in use).
 pub fn serve(config: ControllerConfig) -> std::io::Result<Server> {
-    let http = reqwest::Client::builder()
+    // Fail now rather than on the first worker call if the client cannot be built.
+    reqwest::Client::builder()
         .build()
         .map_err(std::io::Error::other)?;
     let hub = Arc::new(Hub {
         config: config.clone(),
-        http,
+        clients: Mutex::new(BTreeMap::new()),
         tables: Mutex::new(Tables {
             tasks: BTreeMap::new(),
             sessions: BTreeMap::new(),
@@ -141,7 +142,8 @@ fn router(hub: Arc<Hub>) -> Router {
 
 struct Hub {
     config: ControllerConfig,
-    http: reqwest::Client,
+    /// One HTTP client (connection pool) per worker address; see [`Hub::client`].
+    clients: Mutex<BTreeMap<String, reqwest::Client>>,
     tables: Mutex<Tables>,
 }
 
@@ -190,6 +192,21 @@ struct Session {
 impl Hub {
     fn tables(&self) -> MutexGuard<'_, Tables> {
         self.tables.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The client for calls to the worker at `address`. Each worker has its own connection
+    /// pool so that [`Hub::forget_connections`] can drop one worker's connections: uvicorn
+    /// closes a connection after an unhandled error (the Python worker's 500 for a bad
+    /// message), and reusing it would fail the next call.
+    fn client(&self, address: &str) -> reqwest::Client {
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        clients.entry(address.to_string()).or_default().clone()
+    }
+
+    /// Drops the pooled connections to a worker after a failed call.
+    fn forget_connections(&self, address: &str) {
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        clients.remove(address);
     }
 }
 
@@ -464,7 +481,7 @@ async fn start_sample(State(hub): State<Arc<Hub>>, body: Bytes) -> Response {
     };
     let url = server::join(&address.1, "start_sample");
     let call = hub
-        .http
+        .client(&address.1)
         .post(url)
         .timeout(hub.config.interaction_timeout)
         .json(&request)
@@ -501,6 +518,7 @@ async fn start_sample(State(hub): State<Arc<Hub>>, body: Bytes) -> Response {
             with_session_header(axum::Json(body).into_response(), id)
         }
         Err(e) => {
+            hub.forget_connections(&address.1);
             tables.drop_session(id);
             let resync = matches!(e, CallError::Status(406, _));
             if e.is_unreachable()
@@ -589,7 +607,7 @@ async fn interact(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) 
         None => Err(CallError::Protocol("the session's worker is gone".into())),
         Some(address) => {
             let call = hub
-                .http
+                .client(&address)
                 .post(server::join(&address, "interact"))
                 .timeout(hub.config.interaction_timeout)
                 .json(&WorkerInteractRequest {
@@ -597,10 +615,14 @@ async fn interact(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) 
                     messages,
                 })
                 .send();
-            tokio::select! {
+            let answer = tokio::select! {
                 response = call => read_json::<WorkerInteractResponse>(response).await,
                 () = abort.notified() => Err(CallError::Aborted),
+            };
+            if answer.is_err() {
+                hub.forget_connections(&address);
             }
+            answer
         }
     };
     let answer = answer.and_then(|r| {
@@ -672,7 +694,7 @@ fn begin_cancel(hub: &Arc<Hub>, id: i64) {
         let body = SessionBody { session_id: id };
         if let Some(address) = &address {
             let with_notice = hub
-                .http
+                .client(address)
                 .post(server::join(address, "cancel_with_notice"))
                 .timeout(hub.config.call_timeout)
                 .json(&body)
@@ -683,8 +705,9 @@ fn begin_cancel(hub: &Arc<Hub>, id: i64) {
                 // The worker's cancel_notice finishes the session.
                 return;
             }
+            hub.forget_connections(address);
             let _ = hub
-                .http
+                .client(address)
                 .post(server::join(address, "cancel"))
                 .timeout(hub.config.call_timeout)
                 .json(&body)
@@ -903,12 +926,15 @@ async fn sync_worker(hub: &Arc<Hub>, name: &str, worker: u32, retry: bool) {
             return;
         };
         let answer = hub
-            .http
+            .client(&address)
             .get(server::join(&address, "get_sessions"))
             .timeout(hub.config.call_timeout)
             .send()
             .await;
         let answer: Result<BTreeMap<String, TaskIndex>, CallError> = read_json(answer).await;
+        if answer.is_err() {
+            hub.forget_connections(&address);
+        }
         {
             let mut tables = hub.tables();
             match answer {
