@@ -268,12 +268,16 @@ fn with_session_header(mut response: Response, id: i64) -> Response {
     response
 }
 
-fn session_header(headers: &HeaderMap) -> Result<i64, Response> {
+/// The `session_id` header's value, if it is an integer.
+fn session_header(headers: &HeaderMap) -> Option<i64> {
     headers
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<i64>().ok())
-        .ok_or_else(|| message(StatusCode::BAD_REQUEST, "invalid session id"))
+}
+
+fn invalid_session_id() -> Response {
+    message(StatusCode::BAD_REQUEST, "invalid session id")
 }
 
 fn invalid_request() -> Response {
@@ -391,9 +395,8 @@ async fn receive_heartbeat(State(hub): State<Arc<Hub>>, body: Bytes) -> Response
 }
 
 async fn cancel_notice(State(hub): State<Arc<Hub>>, headers: HeaderMap) -> Response {
-    let id = match session_header(&headers) {
-        Ok(id) => id,
-        Err(response) => return response,
+    let Some(id) = session_header(&headers) else {
+        return invalid_session_id();
     };
     let mut tables = hub.tables();
     if tables.sessions.contains_key(&id) {
@@ -565,9 +568,8 @@ fn resolve_index(indices: &[TaskIndex], asked: &TaskIndex) -> Option<TaskIndex> 
 }
 
 async fn interact(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) -> Response {
-    let id = match session_header(&headers) {
-        Ok(id) => id,
-        Err(response) => return response,
+    let Some(id) = session_header(&headers) else {
+        return invalid_session_id();
     };
     let messages = match serde_json::from_slice::<Value>(&body) {
         Ok(Value::Object(mut body)) => match body.remove("messages") {
@@ -665,9 +667,8 @@ async fn interact(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) 
 }
 
 async fn cancel(State(hub): State<Arc<Hub>>, headers: HeaderMap) -> Response {
-    let id = match session_header(&headers) {
-        Ok(id) => id,
-        Err(response) => return response,
+    let Some(id) = session_header(&headers) else {
+        return invalid_session_id();
     };
     if hub.tables().live(id).is_none() {
         return message(StatusCode::BAD_REQUEST, "session not found");

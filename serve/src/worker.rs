@@ -502,16 +502,17 @@ async fn interact(State(worker): State<Arc<Worker>>, body: Bytes) -> Response {
     .into_response()
 }
 
-fn session_body(body: &Bytes) -> Result<i64, Response> {
+/// A `{"session_id": N}` body, or FastAPI's 422 for anything else.
+fn session_body(body: &Bytes) -> Result<i64, Box<Response>> {
     serde_json::from_slice::<SessionBody>(body)
         .map(|b| b.session_id)
-        .map_err(unprocessable)
+        .map_err(|e| Box::new(unprocessable(e)))
 }
 
 async fn cancel(State(worker): State<Arc<Worker>>, body: Bytes) -> Response {
     let id = match session_body(&body) {
         Ok(id) => id,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if worker.cancel(id) {
         axum::Json(SessionBody { session_id: id }).into_response()
@@ -523,7 +524,7 @@ async fn cancel(State(worker): State<Arc<Worker>>, body: Bytes) -> Response {
 async fn cancel_with_notice(State(worker): State<Arc<Worker>>, body: Bytes) -> Response {
     let id = match session_body(&body) {
         Ok(id) => id,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if !worker.sessions().contains_key(&id) {
         return detail(StatusCode::BAD_REQUEST, "No such session");

@@ -143,7 +143,7 @@ fn a_thousand_concurrent_sessions_complete() {
 
     // Open every session first, so all 1,000 are live at once...
     let next = AtomicUsize::new(0);
-    let mut envs: Vec<agentry_serve::RemoteEnv> = std::thread::scope(|scope| {
+    let envs: Vec<agentry_serve::RemoteEnv> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..CLIENTS)
             .map(|_| {
                 scope.spawn(|| {
@@ -181,7 +181,7 @@ fn a_thousand_concurrent_sessions_complete() {
     assert_eq!(live, SESSIONS as u64);
 
     // ...then play them all to the end, concurrently.
-    let queue = Arc::new(std::sync::Mutex::new(envs.drain(..).collect::<Vec<_>>()));
+    let queue = Arc::new(std::sync::Mutex::new(envs));
     let solved = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         for _ in 0..CLIENTS {
