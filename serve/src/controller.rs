@@ -13,7 +13,9 @@
 //!   next heartbeat, so it becomes usable within a second of listening, and no session is
 //!   routed to a worker that is not listening yet.
 //! - A worker that refuses connections is taken out of routing at once (COMA) rather than
-//!   after its heartbeat times out; its next heartbeat brings it back.
+//!   after its heartbeat times out, and a call whose connection breaks is followed at once by
+//!   a sync with that worker (before the client gets its 500), which does the same if the
+//!   worker is gone; its next heartbeat brings it back.
 //! - An `interact` body without a `messages` list is answered `400 invalid request` (the Go
 //!   controller would forward it as a second `start_sample` and answer 500).
 //!
@@ -502,45 +504,50 @@ async fn start_sample(State(hub): State<Arc<Hub>>, body: Bytes) -> Response {
             Ok(out)
         }
     });
-    let mut tables = hub.tables();
-    match answer {
-        Ok(out) => {
-            if let Some(session) = tables.sessions.get_mut(&id) {
-                session.interacting = false;
-                session.last_update = Instant::now();
-                session.last_update_wall = SystemTime::now();
-            }
-            if out.finish || out.status.is_finished() {
-                tables.finish(id);
-            }
-            drop(tables);
-            let body = StartResponse {
-                messages: out.messages,
-                tools: out.tools,
-            };
-            with_session_header(axum::Json(body).into_response(), id)
-        }
+    let out = match answer {
+        Ok(out) => out,
         Err(e) => {
             hub.forget_connections(&address.1);
-            tables.drop_session(id);
-            let resync = matches!(e, CallError::Status(406, _));
-            if e.is_unreachable()
-                && let Some(w) = tables.worker_mut(&name, address.0)
             {
-                w.alive = false;
+                let mut tables = hub.tables();
+                tables.drop_session(id);
+                if e.is_unreachable()
+                    && let Some(w) = tables.worker_mut(&name, address.0)
+                {
+                    w.alive = false;
+                }
             }
-            drop(tables);
             eprintln!("agentry controller: session {id} of {name} failed to start: {e}");
-            if resync {
+            if e.is_transport() {
+                // The connection broke: find out now whether the worker is still there.
+                sync_worker(&hub, &name, address.0, false).await;
+            }
+            if matches!(e, CallError::Status(406, _)) {
                 let hub = hub.clone();
                 tokio::spawn(async move { sync_worker(&hub, &name, address.0, false).await });
             }
-            with_session_header(
+            return with_session_header(
                 message(StatusCode::INTERNAL_SERVER_ERROR, "failed to start sample"),
                 id,
-            )
+            );
+        }
+    };
+    {
+        let mut tables = hub.tables();
+        if let Some(session) = tables.sessions.get_mut(&id) {
+            session.interacting = false;
+            session.last_update = Instant::now();
+            session.last_update_wall = SystemTime::now();
+        }
+        if out.finish || out.status.is_finished() {
+            tables.finish(id);
         }
     }
+    let body = StartResponse {
+        messages: out.messages,
+        tools: out.tools,
+    };
+    with_session_header(axum::Json(body).into_response(), id)
 }
 
 /// The index a client asked for, as the task advertises it: an advertised index as is, or
@@ -636,28 +643,34 @@ async fn interact(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) 
             Ok(r.env_out)
         }
     });
-    let mut tables = hub.tables();
-    if let Some(session) = tables.sessions.get_mut(&id) {
-        session.interacting = false;
-        session.last_update = Instant::now();
-        session.last_update_wall = SystemTime::now();
-    }
-    match answer {
-        Ok(out) => {
-            if out.status.is_finished() {
-                tables.finish(id);
-            }
-            drop(tables);
-            axum::Json(InteractResponse::from(out)).into_response()
+    let transport_failed = {
+        let mut tables = hub.tables();
+        if let Some(session) = tables.sessions.get_mut(&id) {
+            session.interacting = false;
+            session.last_update = Instant::now();
+            session.last_update_wall = SystemTime::now();
         }
-        Err(e) => {
-            if e.is_unreachable()
-                && let Some(w) = tables.worker_mut(&name, worker)
-            {
-                w.alive = false;
+        match &answer {
+            Ok(out) if out.status.is_finished() => tables.finish(id),
+            Ok(_) => {}
+            Err(e) if e.is_unreachable() => {
+                if let Some(w) = tables.worker_mut(&name, worker) {
+                    w.alive = false;
+                }
             }
-            drop(tables);
+            Err(_) => {}
+        }
+        matches!(answer, Err(CallError::Transport(_)))
+    };
+    match answer {
+        Ok(out) => axum::Json(InteractResponse::from(out)).into_response(),
+        Err(e) => {
             eprintln!("agentry controller: session {id} of {name}: interact failed: {e}");
+            if transport_failed {
+                // The connection broke: find out now whether the worker is still there, so
+                // that a dead one leaves routing before the client hears of the failure.
+                sync_worker(&hub, &name, worker, false).await;
+            }
             message(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "failed to interact with session",
@@ -893,6 +906,11 @@ enum CallError {
 impl CallError {
     fn is_unreachable(&self) -> bool {
         matches!(self, CallError::Unreachable(_))
+    }
+
+    /// The connection failed after it was made (reset, closed, timed out).
+    fn is_transport(&self) -> bool {
+        matches!(self, CallError::Transport(_))
     }
 }
 
