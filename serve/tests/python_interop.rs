@@ -169,4 +169,11 @@ fn agentrl_python_workers_serve_through_our_controller() {
         "log:\n{}",
         worker.log()
     );
+    // The worker accepts our heartbeat answers (exactly 200, `application/json`), or it would
+    // log a failure.
+    assert!(
+        !worker.log().contains("Heartbeat failed"),
+        "log:\n{}",
+        worker.log()
+    );
 }
