@@ -5,9 +5,10 @@
 //! cargo run --release -p agentry-serve --example bench_http -- --episodes 50
 //! ```
 //!
-//! Both sides replay the same precomputed oracle calls; time covers `reset` and every `step`
-//! (in process: the environment calls alone; over HTTP: client → controller → worker → the same
-//! environment calls and back, through the worker's environment thread pool).
+//! Both sides replay the same precomputed oracle calls; time covers generating the instance,
+//! `reset` and every `step` (in process: the environment calls alone; over HTTP: client →
+//! controller → worker → the same environment calls and back, through the worker's
+//! environment thread pool). One episode at a time, so this is latency, not throughput.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -71,8 +72,9 @@ fn main() {
 
         let mut local = Duration::ZERO;
         for (i, script) in scripts.iter().enumerate() {
-            let mut env = generator.instance(Split::Test, 1, i as u64);
+            // The worker generates the instance inside `start_sample`: count it here too.
             let start = Instant::now();
+            let mut env = generator.instance(Split::Test, 1, i as u64);
             env.reset();
             for call in script {
                 env.step(call);
