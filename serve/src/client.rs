@@ -270,16 +270,27 @@ impl RemoteStats {
 
 /// A task served by workers behind a controller.
 ///
-/// Instance `i` is the task's `i`-th advertised index (modulo their number). The split and
-/// difficulty are the worker's to decide (an Agentry worker serves one split and difficulty,
-/// set when it is started), so [`TaskGenerator::instance`] ignores them.
+/// The train and test splits are a partition of the task's advertised indices by content hash
+/// (`Split::of_hash` of the index's JSON text: about one in five is test), so a trainer never
+/// evaluates on what it trained on, whatever the workers serve. Instance `i` of a split is
+/// that split's `i`-th index (modulo their number); a split with no index gives an episode
+/// that fails at once, saying so. The difficulty is the workers' to decide (an Agentry worker
+/// serves one difficulty, set when it is started), so [`TaskGenerator::instance`] ignores it.
 #[derive(Clone, Debug)]
 pub struct RemoteTask {
     client: ControllerClient,
     name: String,
     version: String,
     indices: Arc<Vec<TaskIndex>>,
+    train: Arc<Vec<TaskIndex>>,
+    test: Arc<Vec<TaskIndex>>,
     stats: Arc<RemoteStats>,
+}
+
+/// The split of an advertised index: decided from its content, so the splits are disjoint.
+fn split_of(index: &TaskIndex) -> Split {
+    let text = serde_json::to_string(index).unwrap_or_default();
+    Split::of_hash(agentry_env::content_hash::content_hash(&[], &text))
 }
 
 impl RemoteTask {
@@ -304,11 +315,17 @@ impl RemoteTask {
         if indices.is_empty() {
             return Err(ClientError::Protocol(format!("task {name} has no index")));
         }
+        let (test, train): (Vec<TaskIndex>, Vec<TaskIndex>) = indices
+            .iter()
+            .cloned()
+            .partition(|i| split_of(i) == Split::Test);
         Ok(RemoteTask {
             version: format!("remote:{name}@{}", client.base()),
             client,
             name: name.to_string(),
             indices: Arc::new(indices),
+            train: Arc::new(train),
+            test: Arc::new(test),
             stats: Arc::default(),
         })
     }
@@ -316,6 +333,14 @@ impl RemoteTask {
     /// The task's indices, as the controller advertises them.
     pub fn indices(&self) -> &[TaskIndex] {
         &self.indices
+    }
+
+    /// The indices of one split (disjoint from the other's).
+    pub fn split(&self, split: Split) -> &[TaskIndex] {
+        match split {
+            Split::Train => &self.train,
+            Split::Test => &self.test,
+        }
     }
 
     /// The counters of this task's episodes.
@@ -342,9 +367,19 @@ impl TaskGenerator for RemoteTask {
         &self.version
     }
 
-    fn instance(&self, _split: Split, _difficulty: u8, index: u64) -> Box<dyn Environment> {
-        let position = (index % self.indices.len() as u64) as usize;
-        Box::new(self.episode(self.indices[position].clone()))
+    fn instance(&self, split: Split, _difficulty: u8, index: u64) -> Box<dyn Environment> {
+        let indices = self.split(split);
+        if indices.is_empty() {
+            let mut env = self.episode(TaskIndex::Int(-1));
+            env.state = State::Failed(format!(
+                "task {} has no index in the {split:?} split ({} indices in all)",
+                self.name,
+                self.indices.len()
+            ));
+            return Box::new(env);
+        }
+        let position = (index % indices.len() as u64) as usize;
+        Box::new(self.episode(indices[position].clone()))
     }
 }
 
@@ -466,6 +501,13 @@ impl RemoteEnv {
 
 impl Environment for RemoteEnv {
     fn reset(&mut self) -> Reset {
+        if let State::Failed(why) = &self.state {
+            self.stats.aborted.fetch_add(1, Ordering::Relaxed);
+            return Reset {
+                instruction: format!("Error: {why}"),
+                tools: Vec::new(),
+            };
+        }
         match self.start() {
             Ok(reset) => reset,
             Err(why) => {

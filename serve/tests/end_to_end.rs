@@ -367,3 +367,60 @@ fn heartbeats_are_validated() {
         (400, json!({"message": "no workers available for task t"}))
     );
 }
+
+#[test]
+fn a_remote_task_splits_its_indices_disjointly() {
+    use agentry_env::TaskGenerator;
+    let controller = controller();
+    let worker = agentry_serve::worker::serve(
+        countdown(),
+        worker_config("countdown", Some(&controller), 4),
+    )
+    .unwrap();
+    wait_for_worker(&controller, "countdown", &worker.url());
+    let remote = RemoteTask::connect(&controller.url(), "countdown").unwrap();
+    let (train, test) = (remote.split(Split::Train), remote.split(Split::Test));
+    assert_eq!(train.len() + test.len(), 20);
+    assert!(!train.is_empty() && !test.is_empty());
+    assert!(train.iter().all(|i| !test.contains(i)));
+    // Instance `i` of a split is an index of that split.
+    for split in [Split::Train, Split::Test] {
+        let mut env = remote.instance(split, 1, 3);
+        env.reset();
+        let sessions = ControllerClient::new(&controller.url())
+            .list_sessions()
+            .unwrap();
+        let index: TaskIndex = serde_json::from_value(
+            sessions.as_object().unwrap().values().next().unwrap()["index"].clone(),
+        )
+        .unwrap();
+        assert!(remote.split(split).contains(&index), "{split:?}: {index}");
+        drop(env);
+        wait_until("the cancel", Duration::from_secs(5), || {
+            ControllerClient::new(&controller.url())
+                .list_sessions()
+                .unwrap()
+                == json!({})
+        });
+    }
+
+    // A task too small to have both splits gives episodes that fail, saying so.
+    let mut config = worker_config("tiny", Some(&controller), 1);
+    config.instances = 1;
+    let tiny = agentry_serve::worker::serve(countdown(), config).unwrap();
+    wait_for_worker(&controller, "tiny", &tiny.url());
+    let remote = RemoteTask::connect(&controller.url(), "tiny").unwrap();
+    let empty = if remote.split(Split::Test).is_empty() {
+        Split::Test
+    } else {
+        Split::Train
+    };
+    let mut env = remote.instance(empty, 1, 0);
+    let reset = env.reset();
+    assert!(
+        reset.instruction.contains("has no index in the"),
+        "{}",
+        reset.instruction
+    );
+    assert_eq!(remote.stats().aborted(), 1);
+}
