@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentry::env::{Environment, Split};
+use agentry::env::Split;
 use agentry::serve::{ControllerConfig, WorkerConfig};
 use agentry::{Interpreted, RunError};
 
