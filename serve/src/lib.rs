@@ -9,8 +9,9 @@
 //! - the [`client`] plays sessions through a controller, and [`client::RemoteTask`] turns a
 //!   remote task into a [`agentry_env::TaskGenerator`], so it can be trained on like a local one.
 //!
-//! [`protocol`] holds the wire format; every body and status code follows the protocol notes
-//! (`agentrl-protocol.md`, reproduced in the book's deployment chapter).
+//! [`protocol`] holds the wire format. Every body and status code follows AgentRL's HTTP
+//! transport as its Go controller and Python worker (agentrl-worker 0.4.0) implement it; the
+//! book's deployment chapter describes it and the few documented differences.
 //!
 //! Environment code never runs on an async runtime thread: workers step environments on
 //! [`agentry_env::controller::Controller`]'s thread pool. Servers run on their own tokio
