@@ -20,6 +20,7 @@
 pub use agentry_dsl as dsl;
 pub use agentry_macros::experiment;
 pub use agentry_runtime::*;
+pub use agentry_serve as serve;
 
 /// The error type of [`main`] and the CLI: any error, with its chain of causes.
 pub type Result<T, E = anyhow::Error> = std::result::Result<T, E>;

@@ -1,10 +1,14 @@
-//! `agentry`: check, expand and run experiment files.
+//! `agentry`: check, expand and run experiment files; deploy environments over HTTP
+//! (`controller`, `worker`).
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use agentry::{Interpreted, RunArgs};
-use clap::{Parser, Subcommand};
+use agentry_serve::worker::BUILTIN_TASKS;
+use clap::builder::PossibleValuesParser;
+use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +41,61 @@ enum Command {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// Run an AgentRL-compatible controller: workers register with it by heartbeat, trainers
+    /// and evaluators start and play sessions through it (`/api/start_sample`, ...).
+    Controller {
+        /// Address to listen on.
+        #[arg(long, default_value = "0.0.0.0")]
+        host: IpAddr,
+        /// Port to listen on.
+        #[arg(long, short, default_value_t = 5020)]
+        port: u16,
+    },
+    /// Serve a built-in task's instances as an AgentRL task worker, heartbeating to a
+    /// controller. Index `i` is instance `i` of `--split` at `--difficulty`.
+    Worker {
+        /// The task to serve.
+        #[arg(long, value_parser = PossibleValuesParser::new(BUILTIN_TASKS))]
+        task: String,
+        /// The controller's API base.
+        #[arg(long, short = 'C', default_value = "http://localhost:5020/api")]
+        controller: String,
+        /// The URL advertised to the controller (must end in `/api` and reach this worker;
+        /// default: loopback on `--port`).
+        #[arg(long = "self", short = 's')]
+        advertise: Option<String>,
+        /// Address to listen on.
+        #[arg(long, default_value = "0.0.0.0")]
+        host: IpAddr,
+        /// Port to listen on.
+        #[arg(long, short, default_value_t = 5021)]
+        port: u16,
+        /// Most sessions at once.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+        concurrency: u32,
+        /// The task name clients ask for (default: the task).
+        #[arg(long)]
+        name: Option<String>,
+        /// The split instances come from.
+        #[arg(long, value_enum, default_value_t = SplitArg::Test)]
+        split: SplitArg,
+        /// The difficulty of every instance.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
+        difficulty: u8,
+        /// How many instances to offer (indices 0..N).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+        instances: u64,
+        /// The turn limit of an episode (default: the task's, as in AgentBench-FC).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        max_turns: Option<u32>,
+    },
+}
+
+/// `--split`.
+#[derive(Clone, Copy, ValueEnum)]
+enum SplitArg {
+    Train,
+    Test,
 }
 
 fn main() -> ExitCode {
@@ -78,6 +137,61 @@ fn main() -> ExitCode {
                     .map_err(|e| format!("error: {e}"))
             });
             finish(result)
+        }
+        Command::Controller { host, port } => {
+            let config = agentry_serve::ControllerConfig::new(SocketAddr::new(host, port));
+            match agentry_serve::controller::serve(config) {
+                Ok(server) => {
+                    eprintln!("agentry controller: listening on {}", server.addr());
+                    server.run_forever()
+                }
+                Err(e) => finish(Err(format!("error: {e}"))),
+            }
+        }
+        Command::Worker {
+            task,
+            controller,
+            advertise,
+            host,
+            port,
+            concurrency,
+            name,
+            split,
+            difficulty,
+            instances,
+            max_turns,
+        } => {
+            let (generator, task_turns) = match agentry_serve::worker::builtin(&task) {
+                Ok(found) => found,
+                Err(e) => return finish(Err(format!("error: {e}"))),
+            };
+            let mut config = agentry_serve::WorkerConfig::new(
+                name.as_deref().unwrap_or(&task),
+                SocketAddr::new(host, port),
+            );
+            config.controller = Some(controller);
+            config.advertise = advertise;
+            config.concurrency = concurrency as usize;
+            config.split = match split {
+                SplitArg::Train => agentry::env::Split::Train,
+                SplitArg::Test => agentry::env::Split::Test,
+            };
+            config.difficulty = difficulty;
+            config.instances = instances;
+            config.max_turns = max_turns.unwrap_or(task_turns);
+            let summary = format!(
+                "agentry worker: task {} ({} instances), heartbeating to {}",
+                config.name,
+                config.instances,
+                config.controller.as_deref().unwrap_or_default()
+            );
+            match agentry_serve::worker::serve(generator, config) {
+                Ok(server) => {
+                    eprintln!("{summary}; listening on {}", server.addr());
+                    server.run_forever()
+                }
+                Err(e) => finish(Err(format!("error: {e}"))),
+            }
         }
     }
 }

@@ -101,3 +101,96 @@ fn run_resume_without_a_checkpoint_is_an_error_before_any_work() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(String::from_utf8_lossy(&out.stdout).is_empty());
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn worker_refuses_an_unknown_task_naming_the_known_ones() {
+    let out = agentry(&["worker", "--task", "chess"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid value 'chess'"), "{stderr}");
+    assert!(stderr.contains("alfworld, db, kg, os, webshop"), "{stderr}");
+}
+
+#[test]
+fn controller_on_a_port_in_use_is_an_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let out = agentry(&["controller", "--host", "127.0.0.1", "--port", &port]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("error: cannot listen on 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn controller_and_worker_commands_serve_a_task() {
+    let (cport, wport) = (free_port(), free_port());
+    let api = format!("http://127.0.0.1:{cport}/api");
+    let spawn = |args: &[&str]| {
+        Killed(
+            Command::new(env!("CARGO_BIN_EXE_agentry"))
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let _controller = spawn(&[
+        "controller",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &cport.to_string(),
+    ]);
+    let _worker = spawn(&[
+        "worker",
+        "--task",
+        "kg",
+        "--controller",
+        &api,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &wport.to_string(),
+        "--instances",
+        "5",
+        "--concurrency",
+        "2",
+    ]);
+    // The worker heartbeats at once, and again every 8 s if the controller was not up yet.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let client = agentry::serve::ControllerClient::new(&api);
+    let started = loop {
+        match client.start_sample("kg", &agentry::serve::protocol::TaskIndex::Int(4)) {
+            Ok(started) => break started,
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "no session: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    };
+    assert_eq!(started.messages[0]["role"], "user");
+    assert_eq!(client.get_indices("kg").unwrap().len(), 5);
+    client.cancel(started.session_id).unwrap();
+}

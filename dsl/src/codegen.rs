@@ -40,7 +40,7 @@ pub fn expand_with_origin(spec: &Experiment, path: Option<&str>) -> TokenStream 
         .iter()
         .filter_map(|task| match &task.env {
             EnvRef::Path(path) => Some((task.name.as_str(), path.as_str())),
-            EnvRef::Builtin(_) => None,
+            EnvRef::Builtin(_) | EnvRef::Remote { .. } => None,
         })
         .map(|(name, path)| {
             let path = user_path(path);
@@ -276,6 +276,10 @@ fn task(task: &Task) -> TokenStream {
         EnvRef::Path(path) => {
             let path = string(path);
             quote!(::agentry::spec::EnvRef::Path(#path))
+        }
+        EnvRef::Remote { url, name } => {
+            let (url, name) = (string(url), string(name));
+            quote!(::agentry::spec::EnvRef::Remote { url: #url, name: #name })
         }
     };
     let weight = float(task.weight);

@@ -149,6 +149,15 @@ pub enum EnvRef {
     /// A user's Rust type, by path (`crate::envs::Maze`); rustc checks that it exists and
     /// implements the environment contract.
     Path(String),
+    /// A task served by workers behind an AgentRL-compatible controller
+    /// (`remote = "http://host:5020/api", name = "kg"`). It has no oracle, so it cannot give
+    /// warm-up or SFT demonstrations; the workers decide its split and difficulty.
+    Remote {
+        /// The controller's API base (`http://` or `https://`, ending in `/api`).
+        url: String,
+        /// The task name on the controller. Default: the task's own name.
+        name: String,
+    },
 }
 
 /// The built-in tasks (DESIGN §4).

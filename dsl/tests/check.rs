@@ -928,3 +928,123 @@ fn combinations_that_cannot_work_are_errors() {
     assert_eq!(text(&source, &d), "grpo");
     assert!(d.hint.unwrap().contains("algorithm ppo"));
 }
+
+#[test]
+fn a_remote_task_names_a_controller() {
+    let source = with(
+        "task kg { env = kg }",
+        "task kg { remote = \"http://127.0.0.1:5020/api\" }\n    task ws { remote = \"http://c:5020/api\", name = \"webshop-std\", max_turns = 12 }",
+    );
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("r.arl", &source)));
+    assert_eq!(
+        spec.tasks[0].env,
+        EnvRef::Remote {
+            url: "http://127.0.0.1:5020/api".into(),
+            name: "kg".into()
+        }
+    );
+    assert_eq!(spec.tasks[0].max_turns, 20);
+    assert_eq!(
+        spec.tasks[1].env,
+        EnvRef::Remote {
+            url: "http://c:5020/api".into(),
+            name: "webshop-std".into()
+        }
+    );
+    assert_eq!(spec.tasks[1].max_turns, 12);
+}
+
+#[test]
+fn remote_task_mistakes_are_reported() {
+    let cases = [
+        (
+            "task kg { env = kg, remote = \"http://c/api\" }",
+            "task `kg` has both `env` and `remote`",
+        ),
+        (
+            "task kg { remote = \"c:5020/api\" }",
+            "`remote` must be an http:// or https:// URL",
+        ),
+        (
+            "task kg { env = kg, name = \"kg\" }",
+            "`name` is only for remote tasks",
+        ),
+        (
+            "task kg { remote = \"http://c/api\", split = test }",
+            "a remote task has no `split`",
+        ),
+        (
+            "task kg { remote = \"http://c/api\", difficulty = 2 }",
+            "a remote task has no `difficulty`",
+        ),
+    ];
+    for (task, message) in cases {
+        let source = with("task kg { env = kg }", task);
+        assert_eq!(error(&source).message, message, "{task}");
+    }
+}
+
+#[test]
+fn a_remote_task_cannot_give_demonstrations() {
+    let source = with(
+        "task kg { env = kg }",
+        "task kg { remote = \"http://c/api\" }",
+    )
+    .replace(
+        "train { steps = 100, batch = 16 }",
+        "train { steps = 100, batch = 16, warmup = sft { steps = 10 } }",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "task `kg` is remote: it has no oracle demonstrations"
+    );
+    assert_eq!(at(&source, &d), "3:10");
+    assert!(d.hint.unwrap().contains("warmup"));
+    // One in-process task is enough: the warm-up learns from its demonstrations.
+    let mixed = source.replacen(
+        "task kg { remote = \"http://c/api\" }",
+        "task kg { remote = \"http://c/api\" }\n    task local { env = kg }",
+        1,
+    );
+    assert!(
+        check(&mixed).is_ok(),
+        "a local task gives the demonstrations"
+    );
+    let source = with(
+        "task kg { env = kg }",
+        "task kg { remote = \"http://c/api\" }",
+    )
+    .replace(
+        "group_size = 4",
+        "group_size = 4, sft = linear(0.5 -> 0.0, over = 10)",
+    );
+    assert!(error(&source).hint.unwrap().contains("algorithm { sft"));
+    // An SFT term on the run's own successes needs no oracle.
+    let successes = source.replacen(
+        "sft = linear(0.5 -> 0.0, over = 10)",
+        "sft = linear(0.5 -> 0.0, over = 10), sft_from = successes",
+        1,
+    );
+    assert!(check(&successes).is_ok());
+}
+
+#[test]
+fn a_remote_task_is_generated_as_such() {
+    let source = with(
+        "task kg { env = kg }",
+        "task kg { remote = \"http://c:5020/api\", name = \"kg-std\" }",
+    );
+    let code = agentry_dsl::expand_source(&source, "r.arl")
+        .unwrap()
+        .to_string()
+        .replace(' ', "");
+    assert!(
+        code.contains(
+            "::agentry::spec::EnvRef::Remote{url:::std::string::String::from(\"http://c:5020/api\"),name:::std::string::String::from(\"kg-std\")}"
+        ),
+        "{code}"
+    );
+    // Not a user type: no `user_task` arm constructs it.
+    assert!(!code.contains("Default>::default"), "{code}");
+}

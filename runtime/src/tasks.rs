@@ -26,6 +26,14 @@ pub fn resolve(
         .iter()
         .map(|task| match &task.env {
             EnvRef::Builtin(env) => Ok(builtin(*env)),
+            // Connecting reads the task's indices, so a controller that is down or does not
+            // know the task is an error before any work.
+            EnvRef::Remote { url, name } => agentry_serve::RemoteTask::connect(url, name)
+                .map(|task| Box::new(task) as Box<dyn TaskGenerator>)
+                .map_err(|e| RunError::Task {
+                    task: task.name.clone(),
+                    reason: format!("remote task `{name}` at {url}: {e}"),
+                }),
             EnvRef::Path(path) => experiment
                 .user_task(&task.name)
                 .ok_or_else(|| RunError::Task {

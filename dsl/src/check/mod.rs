@@ -193,6 +193,9 @@ impl Checker {
             None => Some(default_eval()),
         };
         let sweep_section = self.single(&sections, "sweep", &decl.name, false);
+        if let (Some(tasks), Some(algorithm), Some(train)) = (&tasks, &algorithm, &train) {
+            self.remote_tasks_need_no_oracle(tasks, &task_sections, algorithm, train);
+        }
 
         let base = Experiment {
             name: decl.name.name.clone(),
@@ -219,6 +222,64 @@ impl Checker {
                 })
             }
             _ => Some(base),
+        }
+    }
+
+    /// A remote task has no oracle, so when every task is remote nothing can give the
+    /// demonstrations of a warm-up or of an oracle SFT term; refuse that. (With an in-process
+    /// task the demonstrations are its; `sft_from = successes` needs no oracle.)
+    fn remote_tasks_need_no_oracle(
+        &mut self,
+        tasks: &[crate::spec::Task],
+        sections: &[Section<'_>],
+        algorithm: &crate::spec::Algorithm,
+        train: &crate::spec::Train,
+    ) {
+        use crate::spec::{EnvRef, Schedule, SftSource};
+        // Demonstrations come from the tasks with oracles: one in-process task is enough.
+        if tasks
+            .iter()
+            .any(|t| !matches!(t.env, EnvRef::Remote { .. }))
+        {
+            return;
+        }
+        let sft = algorithm.sft_from == SftSource::Oracle
+            && match algorithm.sft {
+                Schedule::Constant(v) => v != 0.0,
+                Schedule::Linear { from, to, .. }
+                | Schedule::Cosine { from, to, .. }
+                | Schedule::Step { from, to, .. } => from != 0.0 || to != 0.0,
+            };
+        let needs = match (train.warmup.is_some(), sft) {
+            (false, false) => return,
+            (true, _) => "`train { warmup = sft { ... } }`",
+            (false, true) => "`algorithm { sft = ... }`",
+        };
+        for task in tasks
+            .iter()
+            .filter(|t| matches!(t.env, EnvRef::Remote { .. }))
+        {
+            let span = sections
+                .iter()
+                .filter_map(|s| s.name)
+                .find(|n| n.name == task.name)
+                .map(|n| n.span);
+            if let Some(span) = span {
+                self.error(
+                    Diagnostic::new(
+                        span,
+                        format!(
+                            "task `{}` is remote: it has no oracle demonstrations",
+                            task.name
+                        ),
+                        "a remote task",
+                    )
+                    .with_hint(format!(
+                        "{needs} learns from oracle demonstrations; remove it, or serve this \
+                         task in process (`env = ...`)"
+                    )),
+                );
+            }
         }
     }
 

@@ -46,11 +46,33 @@ impl Checker {
     }
 
     fn task(&mut self, section: Section<'_>, name: &Ident) -> Option<Task> {
-        let keys = ["env", "weight", "max_turns", "difficulty", "split"];
+        let keys = [
+            "env",
+            "remote",
+            "name",
+            "weight",
+            "max_turns",
+            "difficulty",
+            "split",
+        ];
         let table = self.table(section.body, "task", &keys);
-        let env = match table.get("env") {
-            Some(value) => self.env(value),
-            None => {
+        let env = match (table.get("env"), table.get("remote")) {
+            (Some(_), Some(remote)) => {
+                self.error(
+                    Diagnostic::new(
+                        remote.span,
+                        format!("task `{}` has both `env` and `remote`", name.name),
+                        "a second environment",
+                    )
+                    .with_hint(
+                        "a task is served either in process (`env`) or by a controller (`remote`)",
+                    ),
+                );
+                None
+            }
+            (None, Some(remote)) => self.remote(remote, table.get("name"), &name.name),
+            (Some(value), None) => self.env(value),
+            (None, None) => {
                 self.error(
                     Diagnostic::new(
                         name.span,
@@ -58,8 +80,8 @@ impl Checker {
                         "no environment",
                     )
                     .with_hint(format!(
-                        "add `env = {}` (a built-in: {}) or the path of your own type, e.g. \
-                         `env = crate::envs::Maze`",
+                        "add `env = {}` (a built-in: {}), the path of your own type, e.g. \
+                         `env = crate::envs::Maze`, or `remote = \"http://host:5020/api\"`",
                         builtin_for(&name.name).unwrap_or("kg"),
                         one_of(&builtin_names())
                     )),
@@ -76,6 +98,32 @@ impl Checker {
             (None, Some(EnvRef::Builtin(b))) => Some(b.default_max_turns()),
             (None, _) => Some(USER_ENV_MAX_TURNS),
         };
+        if table.get("remote").is_some() {
+            // The workers decide what they serve; a key here would be silently ignored.
+            for key in ["difficulty", "split"] {
+                if let Some(value) = table.get(key) {
+                    self.error(
+                        Diagnostic::new(
+                            value.span,
+                            format!("a remote task has no `{key}`"),
+                            "decided by the workers",
+                        )
+                        .with_hint(format!(
+                            "the workers serving the task choose it: `agentry worker --{key} ...`"
+                        )),
+                    );
+                }
+            }
+        } else if let Some(value) = table.get("name") {
+            self.error(
+                Diagnostic::new(
+                    value.span,
+                    "`name` is only for remote tasks",
+                    "not a remote task",
+                )
+                .with_hint("`name` is the task's name on a controller, with `remote = \"URL\"`"),
+            );
+        }
         let difficulty = match table.get("difficulty") {
             Some(v) => self.difficulty(v),
             None => Some(Difficulty { min: 1, max: 3 }),
@@ -92,6 +140,43 @@ impl Checker {
             max_turns: max_turns?,
             difficulty: difficulty?,
         })
+    }
+
+    /// `remote = "http://host:5020/api"` and the optional `name = "..."`.
+    fn remote(&mut self, url: &Value, name: Option<&Value>, task: &str) -> Option<EnvRef> {
+        let url = match &url.kind {
+            ValueKind::Str(s) if s.starts_with("http://") || s.starts_with("https://") => s.clone(),
+            ValueKind::Str(_) => {
+                self.error(
+                    Diagnostic::new(
+                        url.span,
+                        "`remote` must be an http:// or https:// URL",
+                        "not a URL",
+                    )
+                    .with_hint(
+                        "the controller's API base, e.g. `remote = \"http://127.0.0.1:5020/api\"`",
+                    ),
+                );
+                return None;
+            }
+            _ => {
+                self.wrong_type("remote", url, "the controller's URL, a string");
+                return None;
+            }
+        };
+        let name = match name.map(|v| (v, &v.kind)) {
+            None => task.to_string(),
+            Some((_, ValueKind::Str(s))) if !s.is_empty() => s.clone(),
+            Some((value, _)) => {
+                self.wrong_type(
+                    "name",
+                    value,
+                    "the task's name on the controller, a non-empty string",
+                );
+                return None;
+            }
+        };
+        Some(EnvRef::Remote { url, name })
     }
 
     fn env(&mut self, value: &Value) -> Option<EnvRef> {

@@ -1,0 +1,31 @@
+//! Agentry's environments over HTTP, compatible with AgentRL's controller ⇄ worker protocol.
+//!
+//! Three roles, as in AgentRL:
+//!
+//! - a [`worker`] serves one task's instances (any [`agentry_env::TaskGenerator`]: a built-in
+//!   task or a user's own) and heartbeats to a controller;
+//! - the [`controller`] routes sessions from trainers and evaluators to the workers that
+//!   heartbeat to it, and interoperates with AgentRL's Python workers (`agentrl-worker`);
+//! - the [`client`] plays sessions through a controller, and [`client::RemoteTask`] turns a
+//!   remote task into a [`agentry_env::TaskGenerator`], so it can be trained on like a local one.
+//!
+//! [`protocol`] holds the wire format. Every body and status code follows AgentRL's HTTP
+//! transport as its Go controller and Python worker (agentrl-worker 0.4.0) implement it; the
+//! book's deployment chapter describes it and the few documented differences.
+//!
+//! Environment code never runs on an async runtime thread: workers step environments on
+//! [`agentry_env::controller::Controller`]'s thread pool. Servers run on their own tokio
+//! runtime inside a [`Server`], which stops everything when dropped.
+
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod controller;
+pub mod protocol;
+mod server;
+pub mod worker;
+
+pub use client::{ClientError, ControllerClient, RemoteEnv, RemoteTask};
+pub use controller::ControllerConfig;
+pub use server::Server;
+pub use worker::WorkerConfig;
