@@ -1,14 +1,16 @@
 //! Synchronous against asynchronous rollout, on episodes whose lengths have a long tail.
 //!
 //! ```text
-//! cargo run --release --example bench_pipeline [-- --steps 30] [--quick]
+//! cargo run --release --example bench_pipeline [-- --steps 30] [--env-ms 20] [--quick]
 //! ```
 //!
 //! Both runs train the same small policy with the same seed and number of steps on `wait`, a
 //! task whose episodes last from 1 to 16 turns (most are short, a few long). A synchronous step
 //! waits for its longest episode; the asynchronous pipeline keeps a batch of episodes under way
-//! and trains on groups as they finish. Printed: trajectories trained on per second of RL, the
-//! ratio, and the trainer's idle fraction. Target (issue 6): async at least 1.5× sync, with the
+//! and trains on groups as they finish. `--env-ms` makes every environment step take that long
+//! (a tool call, a web page, a database: most real environments are not instant), which the
+//! controller's threads wait out without using a core. Printed: trajectories trained on per
+//! second of RL, the ratio, and the trainer's idle fraction. Target (issue 6): async at least 1.5× sync, with the
 //! trainer idle under 10%.
 
 use std::path::{Path, PathBuf};
@@ -16,9 +18,12 @@ use std::path::{Path, PathBuf};
 use agentry::env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall, ToolSchema};
 use agentry::{Experiment, RunOptions};
 
-/// The bench's task: call `wait()` until the episode's length is reached.
+/// The bench's task: call `wait()` until the episode's length is reached; each step takes
+/// `latency`.
 #[derive(Default)]
-struct Wait;
+struct Wait {
+    latency: std::time::Duration,
+}
 
 /// Episode lengths: 1 + 15·u⁴ for u spread over [0, 1) by the instance index: half the
 /// episodes last one or two turns, one in eight lasts ten or more.
@@ -35,6 +40,7 @@ impl TaskGenerator for Wait {
     fn instance(&self, _: Split, _: u8, index: u64) -> Box<dyn Environment> {
         Box::new(WaitEpisode {
             left: length(index),
+            latency: self.latency,
         })
     }
 }
@@ -42,6 +48,7 @@ impl TaskGenerator for Wait {
 #[derive(Clone)]
 struct WaitEpisode {
     left: u32,
+    latency: std::time::Duration,
 }
 
 impl Environment for WaitEpisode {
@@ -53,6 +60,7 @@ impl Environment for WaitEpisode {
     }
 
     fn step(&mut self, call: &ToolCall) -> Step {
+        std::thread::sleep(self.latency);
         if call.name != "wait" || self.left == 0 {
             return Step {
                 observation: "Error: call wait()".into(),
@@ -87,7 +95,7 @@ impl Environment for WaitEpisode {
 }
 
 /// The experiment with its `wait` task.
-struct Bench(agentry::spec::Experiment);
+struct Bench(agentry::spec::Experiment, std::time::Duration);
 
 impl Experiment for Bench {
     fn spec(&self) -> agentry::spec::Experiment {
@@ -95,7 +103,7 @@ impl Experiment for Bench {
     }
 
     fn user_task(&self, name: &str) -> Option<Box<dyn TaskGenerator>> {
-        (name == "wait").then(|| Box::new(Wait) as Box<dyn TaskGenerator>)
+        (name == "wait").then(|| Box::new(Wait { latency: self.1 }) as Box<dyn TaskGenerator>)
     }
 }
 
@@ -154,7 +162,7 @@ fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
 }
 
 fn main() -> agentry::Result<()> {
-    let (mut steps, mut batch) = (30u64, 16usize);
+    let (mut steps, mut batch, mut env_ms) = (30u64, 16usize, 0u64);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -165,16 +173,23 @@ fn main() -> agentry::Result<()> {
                     .filter(|&n| n > 0)
                     .ok_or_else(|| anyhow::anyhow!("--steps needs a positive integer"))?;
             }
+            "--env-ms" => {
+                env_ms = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| anyhow::anyhow!("--env-ms needs a number of milliseconds"))?;
+            }
             "--quick" => (steps, batch) = (4, 8),
             other => anyhow::bail!(
-                "unknown argument `{other}`; usage: bench_pipeline [--steps N] [--quick]"
+                "unknown argument `{other}`; usage: bench_pipeline [--steps N] [--env-ms MS] [--quick]"
             ),
         }
     }
     let out: PathBuf = std::env::temp_dir().join("agentry-bench-pipeline");
     let _ = std::fs::remove_dir_all(&out);
     println!(
-        "{steps} RL steps of {batch} episodes (lengths 1-16 turns, long tail), one engine\n\
+        "{steps} RL steps of {batch} episodes (lengths 1-16 turns, long tail, {env_ms} ms a \
+         step), one engine\n\
          | mode | trajectories/s | mean turns | trainer idle |\n|---|---:|---:|---:|"
     );
     let mut rates = Vec::new();
@@ -190,7 +205,8 @@ fn main() -> agentry::Result<()> {
             quiet: true,
             ..RunOptions::default()
         };
-        let summary = agentry::run(&Bench(spec), &options)?;
+        let latency = std::time::Duration::from_millis(env_ms);
+        let summary = agentry::run(&Bench(spec, latency), &options)?;
         let measured = measure(&summary.run_dir, batch)?;
         println!(
             "| {mode} | {:.1} | {:.2} | {:.1}% |",
