@@ -19,9 +19,13 @@ pub struct TaskStats {
     pub episodes: usize,
     /// Fraction solved.
     pub success: f64,
+    /// 95% confidence interval of the success rate (Wilson score interval).
+    #[serde(default)]
+    pub success_ci: [f64; 2],
     /// Mean episode return.
     pub mean_return: f64,
     /// Standard deviation of the episode returns (unbiased; 0 for one episode).
+    #[serde(default)]
     pub return_std: f64,
     /// Mean agent turns.
     pub mean_turns: f64,
@@ -46,8 +50,26 @@ impl TaskStats {
             stats.mean_turns /= n;
         }
         stats.return_std = std_dev(&returns);
+        let solved = (stats.success * stats.episodes as f64).round() as usize;
+        stats.success_ci = wilson(solved, stats.episodes);
         stats
     }
+}
+
+/// The 95% Wilson score interval of a success rate of `successes` out of `n` trials.
+///
+/// Unlike the normal approximation `p ± 1.96·sqrt(p(1-p)/n)`, it stays inside [0, 1] and is not
+/// empty at 0 or `n` successes, which small evaluations hit often. `[0, 1]` for `n = 0`.
+pub fn wilson(successes: usize, n: usize) -> [f64; 2] {
+    if n == 0 {
+        return [0.0, 1.0];
+    }
+    const Z: f64 = 1.959_963_984_540_054;
+    let (n, p) = (n as f64, successes.min(n) as f64 / n as f64);
+    let denominator = 1.0 + Z * Z / n;
+    let centre = (p + Z * Z / (2.0 * n)) / denominator;
+    let half = Z * (p * (1.0 - p) / n + Z * Z / (4.0 * n * n)).sqrt() / denominator;
+    [(centre - half).max(0.0), (centre + half).min(1.0)]
 }
 
 /// One line of `metrics.jsonl`.
@@ -75,6 +97,8 @@ pub enum Record {
         tasks: BTreeMap<String, TaskStats>,
         /// Mean success over tasks.
         success: f64,
+        /// Its 95% interval, pooled over the tasks' episodes (each task plays as many).
+        success_ci: [f64; 2],
     },
 }
 
@@ -320,5 +344,39 @@ impl Progress {
     /// Leaves the bar at its last state.
     pub fn finish(&self) {
         self.bar.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: [f64; 2], b: [f64; 2]) {
+        assert!(
+            (a[0] - b[0]).abs() < 1e-4 && (a[1] - b[1]).abs() < 1e-4,
+            "{a:?} != {b:?}"
+        );
+    }
+
+    #[test]
+    fn wilson_intervals_match_hand_values() {
+        close(wilson(5, 10), [0.2366, 0.7634]);
+        close(wilson(0, 10), [0.0, 0.2775]);
+        close(wilson(10, 10), [0.7225, 1.0]);
+        close(wilson(90, 128), [0.6190, 0.7754]);
+        assert_eq!(wilson(0, 0), [0.0, 1.0]);
+    }
+
+    #[test]
+    fn task_stats_carry_the_interval_of_their_success() {
+        let stats = TaskStats::of([
+            (true, 1.0, 2),
+            (false, 0.0, 4),
+            (true, 1.0, 3),
+            (false, 0.0, 1),
+        ]);
+        assert_eq!(stats.success, 0.5);
+        close(stats.success_ci, wilson(2, 4));
+        assert!((stats.return_std - (1.0f64 / 3.0).sqrt()).abs() < 1e-9);
     }
 }

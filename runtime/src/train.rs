@@ -32,7 +32,7 @@ use crate::curriculum::Curriculum;
 use crate::device::{self, OnBackend};
 use crate::error::RunError;
 use crate::experiment::Experiment;
-use crate::metrics::{Progress, Record, RlRecord, RunDir, TaskStats};
+use crate::metrics::{Progress, Record, RlRecord, RunDir, TaskStats, wilson};
 use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
 use crate::monitor::Monitor;
@@ -86,6 +86,9 @@ pub struct Evaluation {
     pub tasks: BTreeMap<String, TaskStats>,
     /// Mean success over tasks.
     pub success: f64,
+    /// Its 95% interval (Wilson), pooled over the tasks' episodes (each task plays as many).
+    #[serde(default)]
+    pub success_ci: [f64; 2],
 }
 
 /// What a finished run reports.
@@ -1268,13 +1271,20 @@ impl<B: AutodiffBackend> Trainer<B> {
         self.write_samples(label, &episodes)?;
         let tasks = self.task_stats(&episodes);
         let success = tasks.values().map(|s| s.success).sum::<f64>() / tasks.len().max(1) as f64;
+        let solved = episodes.iter().filter(|e| e.success).count();
+        let success_ci = wilson(solved, episodes.len());
         self.run_dir.record(&Record::Eval {
             step,
             label: label.to_string(),
             tasks: tasks.clone(),
             success,
+            success_ci,
         })?;
-        Ok(Evaluation { tasks, success })
+        Ok(Evaluation {
+            tasks,
+            success,
+            success_ci,
+        })
     }
 
     /// Writes the first episodes of each task as readable transcripts, `samples-LABEL.txt`.
@@ -1651,5 +1661,10 @@ fn describe(evaluation: &Evaluation) -> String {
         .iter()
         .map(|(name, s)| format!("{name} {:.2}", s.success))
         .collect();
-    format!("{:.3} ({})", evaluation.success, per_task.join(", "))
+    let [low, high] = evaluation.success_ci;
+    format!(
+        "{:.3} [95% CI {low:.3}, {high:.3}] ({})",
+        evaluation.success,
+        per_task.join(", ")
+    )
 }
