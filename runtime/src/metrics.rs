@@ -36,8 +36,10 @@ impl TaskStats {
     pub fn of(outcomes: impl IntoIterator<Item = (bool, f32, u32)>) -> Self {
         let mut stats = TaskStats::default();
         let mut returns = Vec::new();
+        let mut solved = 0;
         for (success, ret, turns) in outcomes {
             returns.push(f64::from(ret));
+            solved += usize::from(success);
             stats.episodes += 1;
             stats.success += f64::from(u8::from(success));
             stats.mean_return += f64::from(ret);
@@ -50,7 +52,6 @@ impl TaskStats {
             stats.mean_turns /= n;
         }
         stats.return_std = std_dev(&returns);
-        let solved = (stats.success * stats.episodes as f64).round() as usize;
         stats.success_ci = wilson(solved, stats.episodes);
         stats
     }

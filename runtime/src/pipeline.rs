@@ -32,7 +32,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::curriculum::Curriculum;
 use crate::model::{Policy, Sampling};
-use crate::pool::{Engine, Engines};
+use crate::pool::{Engine, Engines, within_staleness};
 use crate::rollout::{Episode, Stream};
 use crate::text::ChatFormat;
 use crate::train::training_draw;
@@ -203,13 +203,12 @@ impl Collector {
         fresh_version: u64,
         max_staleness: u64,
     ) -> Result<Vec<Episode>, Starved> {
-        let oldest = fresh_version.saturating_sub(max_staleness);
         let fresh_enough = |group: &[Episode]| {
             group
                 .iter()
-                .all(|e| e.turn_versions.iter().all(|v| *v >= oldest))
+                .all(|e| within_staleness(&e.turn_versions, fresh_version, max_staleness))
         };
-        // Groups completed earlier may have gone stale while they waited.
+        // A group is judged when it completes, against the version the trainer is at then.
         let mut batch = Vec::new();
         let mut complete = 0;
         while complete < groups {

@@ -103,6 +103,19 @@ pub fn stale_version(step: u64, refresh_every: u64) -> u64 {
     fresh - fresh % refresh_every.max(1)
 }
 
+/// Whether the stale engines take the fresh weights once they reach `version`: at the start of
+/// RL and then every `refresh_every` updates (the schedule [`stale_version`] describes).
+pub fn refresh_due(version: u64, refresh_every: u64) -> bool {
+    stale_version(version + 1, refresh_every) == version
+}
+
+/// Whether every turn of a trajectory (by the versions that generated them) is at most
+/// `max_staleness` versions behind `fresh_version`, the bound a trained-on trajectory keeps.
+pub fn within_staleness(turn_versions: &[u64], fresh_version: u64, max_staleness: u64) -> bool {
+    let oldest = fresh_version.saturating_sub(max_staleness);
+    turn_versions.iter().all(|v| *v >= oldest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,7 +38,7 @@ use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
 use crate::monitor::Monitor;
 use crate::optim::{PolicyOptimizer, clip_global_norm};
 use crate::pipeline::{Board, Collector, Weights, Worker};
-use crate::pool::{Engine, Engines, stale_version};
+use crate::pool::{Engine, Engines, refresh_due, within_staleness};
 use crate::rollout::{
     Episode, EpisodeSpec, Fork, ForkPlan, continue_forks, demonstration, oracle_text, play,
     play_in_pool,
@@ -490,6 +490,12 @@ impl<B: AutodiffBackend> Trainer<B> {
         Ok(summary)
     }
 
+    /// Episodes per group, and groups per RL batch.
+    fn batch_shape(&self) -> (usize, usize) {
+        let group_size = self.spec.algorithm.group_size.max(1);
+        (group_size, (self.spec.train.batch / group_size).max(1))
+    }
+
     /// What follows every RL step's update: the stability monitor, the progress line, the
     /// metrics record, and the checkpoint and periodic evaluation when due.
     fn finish_step(
@@ -529,8 +535,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// workers play episodes continuously while this thread trains on complete groups.
     fn run_async(&mut self, done: u64, steps: u64, out: &Progress) -> Result<(), RunError> {
         let pool = self.spec.pool.clone();
-        let group_size = self.spec.algorithm.group_size.max(1);
-        let groups = (self.spec.train.batch / group_size).max(1);
+        let (group_size, groups) = self.batch_shape();
         let workers = pool.engines.max(1);
         // The stale engines: restored with a resumed run, else the policy as it starts.
         if pool.cross_policy > 0.0 && self.stale.is_none() {
@@ -586,8 +591,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         finished: &mpsc::Receiver<Episode>,
     ) -> Result<(), RunError> {
         let pool = self.spec.pool.clone();
-        let group_size = self.spec.algorithm.group_size.max(1);
-        let groups = (self.spec.train.batch / group_size).max(1);
+        let (group_size, groups) = self.batch_shape();
         let mut collector = Collector::default();
         let started = Instant::now();
         for step in done + 1..=steps {
@@ -606,8 +610,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             let mut record = self.learn(step, episodes, record, true)?;
             // Publish the new weights; the stale engines take them every `refresh_every`.
             let fresh = self.policy.valid();
-            let refresh =
-                pool.cross_policy > 0.0 && stale_version(step + 1, pool.refresh_every) == step;
+            let refresh = pool.cross_policy > 0.0 && refresh_due(step, pool.refresh_every);
             if refresh {
                 self.stale = Some((fresh.clone(), step));
             }
@@ -702,8 +705,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     fn rl_step(&mut self, step: u64) -> Result<RlRecord, RunError> {
         let started = Instant::now();
         let algorithm = self.spec.algorithm.clone();
-        let group_size = algorithm.group_size.max(1);
-        let groups = (self.spec.train.batch / group_size).max(1);
+        let (group_size, groups) = self.batch_shape();
         let mut specs = Vec::with_capacity(groups * group_size);
         for group in 0..groups {
             let spec = training_draw(&self.spec, &self.curriculum, step - 1, group, &mut self.rng);
@@ -715,7 +717,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         // `refresh_every` updates (and at the start of RL).
         let pool = &self.spec.pool;
         let fresh_version = step - 1;
-        if pool.cross_policy > 0.0 && stale_version(step, pool.refresh_every) == fresh_version {
+        if pool.cross_policy > 0.0 && refresh_due(fresh_version, pool.refresh_every) {
             self.stale = Some((inference.clone(), fresh_version));
         }
         let engines = Engines {
@@ -991,11 +993,11 @@ impl<B: AutodiffBackend> Trainer<B> {
             stale as f64 / turns as f64
         });
         record.staleness = histogram;
-        let oldest = fresh_version.saturating_sub(self.spec.pool.max_staleness);
+        let max_staleness = self.spec.pool.max_staleness;
         let before = episodes.len();
         let kept: Vec<Episode> = episodes
             .into_iter()
-            .filter(|e| e.turn_versions.iter().all(|v| *v >= oldest))
+            .filter(|e| within_staleness(&e.turn_versions, fresh_version, max_staleness))
             .collect();
         let dropped = before - kept.len();
         (kept, dropped)
@@ -1610,13 +1612,7 @@ fn filter_groups(episodes: Vec<Episode>, filter: spec::Filter) -> Vec<Episode> {
     let spec::Filter::RewardStd { keep } = filter else {
         return episodes;
     };
-    let mut groups: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    for e in &episodes {
-        groups
-            .entry(e.spec.group)
-            .or_default()
-            .push(f64::from(e.reward));
-    }
+    let groups = group_rewards(&episodes);
     let mut spread: Vec<(usize, f64)> = groups.iter().map(|(g, r)| (*g, std_dev(r))).collect();
     spread.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let count = ((spread.len() as f64 * keep).ceil() as usize).clamp(1, spread.len());
@@ -1627,17 +1623,23 @@ fn filter_groups(episodes: Vec<Episode>, filter: spec::Filter) -> Vec<Episode> {
         .collect()
 }
 
+/// The episodes' rewards by group.
+fn group_rewards(episodes: &[Episode]) -> BTreeMap<usize, Vec<f64>> {
+    let mut groups: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for e in episodes {
+        groups
+            .entry(e.spec.group)
+            .or_default()
+            .push(f64::from(e.reward));
+    }
+    groups
+}
+
 /// Fraction of the groups of two or more episodes whose members all earned the same reward;
 /// 0 without such groups.
 fn flat_groups(episodes: &[Episode]) -> f64 {
-    let mut rewards: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
-    for episode in episodes {
-        rewards
-            .entry(episode.spec.group)
-            .or_default()
-            .push(episode.reward);
-    }
-    let sized: Vec<&Vec<f32>> = rewards.values().filter(|r| r.len() >= 2).collect();
+    let rewards = group_rewards(episodes);
+    let sized: Vec<&Vec<f64>> = rewards.values().filter(|r| r.len() >= 2).collect();
     if sized.is_empty() {
         return 0.0;
     }

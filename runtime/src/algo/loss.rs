@@ -132,12 +132,15 @@ pub fn truncated_is_weights<B: Backend>(
     cap: f64,
 ) -> (Tensor<B, 2>, IsStats) {
     let ratio = (old_logprobs - behaviour_logprobs).exp();
-    let capped = ratio.clone().greater_equal_elem(cap).float() * mask.clone();
+    let capped = ratio.clone().greater_equal_elem(cap).float();
     let weights = ratio.clamp_max(cap) * mask.clone();
-    let tokens = mask.sum().clamp_min(1.0);
     let stats = IsStats {
-        mean: scalar(weights.clone().sum() / tokens.clone()),
-        truncated: scalar(capped.sum() / tokens),
+        mean: scalar(aggregate(
+            weights.clone(),
+            mask.clone(),
+            Aggregation::TokenMean,
+        )),
+        truncated: scalar(aggregate(capped, mask, Aggregation::TokenMean)),
     };
     (weights, stats)
 }
