@@ -82,6 +82,38 @@ fn trains_on_wgpu_cpu_adapter() {
     trains_on::<Autodiff<burn::backend::Wgpu>>("wgpu", burn::backend::wgpu::WgpuDevice::Cpu);
 }
 
+/// Disaggregated placement across two real devices: the trainer on wgpu's default adapter, the
+/// rollout engines on the adapter of kind CPU (two separate device handles, even when both are
+/// lavapipe), with every new version of the weights copied across.
+#[cfg(feature = "wgpu")]
+#[test]
+fn trains_on_wgpu_with_engines_on_another_device() {
+    use burn::backend::wgpu::WgpuDevice;
+    let _serial = serial();
+    let source = TINY.replace(
+        "    train {",
+        "    pool { engines = 2, mode = async, max_staleness = 2 }\n    train {",
+    );
+    let spec = agentry::dsl::check(&source).unwrap();
+    let dir = tempdir::Dir::new("wgpu-disaggregated");
+    let summary = agentry::train::run_on_devices::<Autodiff<burn::backend::Wgpu>>(
+        &Interpreted(spec),
+        &options(&dir),
+        WgpuDevice::DefaultDevice,
+        vec![WgpuDevice::Cpu],
+    )
+    .unwrap();
+    check_run(&summary);
+    let metrics = std::fs::read_to_string(summary.run_dir.join("metrics.jsonl")).unwrap();
+    let synced: f64 = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["phase"] == "rl")
+        .map(|l| l["weight_sync_seconds"].as_f64().unwrap())
+        .sum();
+    assert!(synced > 0.0, "the engines copied no weights");
+}
+
 /// Same seed, same run, bit for bit, on the CPU backend. (GPU backends, lavapipe included, reduce
 /// in a scheduling-dependent order, so their losses may differ in the last bits between runs.)
 #[test]

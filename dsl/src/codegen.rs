@@ -15,7 +15,8 @@ use quote::quote;
 use crate::spec::{
     AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Arch, BuiltinEnv, Clip, Credit, Device,
     Difficulty, EnvRef, Eval, Experiment, Filter, Kl, KlEstimator, KlPlacement, Model, Optimizer,
-    Pool, PoolMode, Schedule, SftSource, Split, Stage, Sweep, Task, Train, ValueHead, Warmup,
+    Placement, Pool, PoolMode, Schedule, SftSource, Split, Stage, Sweep, Task, Train, ValueHead,
+    Warmup,
 };
 
 /// The items for one experiment: a unit struct named after it and its `::agentry::Experiment`
@@ -475,6 +476,16 @@ fn pool(p: &Pool) -> TokenStream {
             PoolMode::Async => "Async",
         },
     );
+    let placement = match &p.placement {
+        Placement::Colocated => variant("Placement", "Colocated"),
+        Placement::Disaggregated { devices } => {
+            let devices = vec(devices.iter().map(|d| {
+                let literal = Literal::u16_unsuffixed(*d);
+                quote!(#literal)
+            }));
+            quote!(::agentry::spec::Placement::Disaggregated { devices: #devices })
+        }
+    };
     quote! {
         ::agentry::spec::Pool {
             engines: #engines,
@@ -483,6 +494,7 @@ fn pool(p: &Pool) -> TokenStream {
             cross_policy: #cross_policy,
             max_staleness: #max_staleness,
             mode: #mode,
+            placement: #placement,
         }
     }
 }

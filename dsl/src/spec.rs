@@ -538,6 +538,23 @@ pub struct Pool {
     pub max_staleness: u64,
     /// Whether rollout and training overlap.
     pub mode: PoolMode,
+    /// Which devices the rollout engines run on. Default colocated.
+    pub placement: Placement,
+}
+
+/// Where the rollout engines run, relative to the trainer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// On the trainer's device. The default.
+    Colocated,
+    /// On other devices of the run's backend, by index (`[1, 2]`: CUDA devices 1 and 2 when the
+    /// trainer runs on CUDA). Rollout worker `i` runs on `devices[i % len]` and copies each new
+    /// version of the weights there. Needs `mode = async`; no index twice.
+    Disaggregated {
+        /// Device indices, at least one.
+        devices: Vec<u16>,
+    },
 }
 
 /// Rollout/training scheduling.

@@ -5,7 +5,7 @@ mod common;
 use agentry_dsl::check;
 use agentry_dsl::spec::{
     AdvantageNorm, Aggregation, AlgorithmKind, Arch, Credit, EnvRef, KlEstimator, KlPlacement,
-    Optimizer, PoolMode, Schedule, SftSource, Split,
+    Optimizer, Placement, PoolMode, Schedule, SftSource, Split,
 };
 use common::{MINIMAL, MULTITASK, at, error, errors, text};
 
@@ -514,6 +514,75 @@ fn max_staleness_covers_refresh_every() {
     );
     assert_eq!(at(&source, &d), "6:92");
     assert!(d.hint.unwrap().contains("max_staleness = 10"));
+}
+
+#[test]
+fn placement_defaults_to_colocated_and_takes_devices() {
+    let spec = check(MINIMAL).unwrap();
+    assert_eq!(spec.pool.placement, Placement::Colocated);
+    let source = with(
+        "train {",
+        "pool { engines = 3, mode = async, placement = disaggregated { devices = [1, 2] } }\n    train {",
+    );
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("p.arl", &source)));
+    assert_eq!(
+        spec.pool.placement,
+        Placement::Disaggregated {
+            devices: vec![1, 2]
+        }
+    );
+}
+
+#[test]
+fn disaggregated_placement_needs_async_mode() {
+    let source = with(
+        "train {",
+        "pool { placement = disaggregated { devices = [1] } }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "disaggregated engines need `mode = async`");
+    assert!(text(&source, &d).starts_with("disaggregated"));
+    assert!(d.hint.unwrap().contains("mode = async"));
+}
+
+#[test]
+fn placement_devices_are_checked() {
+    let bad = [
+        ("disaggregated", "`disaggregated` needs `devices`"),
+        ("disaggregated { }", "`disaggregated` needs `devices`"),
+        ("disaggregated { devices = [] }", "`devices` is empty"),
+        (
+            "disaggregated { devices = [1, 1] }",
+            "device 1 is listed twice",
+        ),
+        (
+            "disaggregated { devices = [70000] }",
+            "`devices` must be at most 65535",
+        ),
+        ("disaggregated { devices = 1 }", "`devices`"),
+        ("colocated { devices = [1] }", "`colocated` takes no block"),
+        ("disagregated", "unknown placement `disagregated`"),
+    ];
+    for (placement, message) in bad {
+        let source = with(
+            "train {",
+            &format!("pool {{ mode = async, placement = {placement} }}\n    train {{"),
+        );
+        let d = error(&source);
+        assert!(
+            d.message.contains(message),
+            "{placement}: {} does not contain {message}",
+            d.message
+        );
+    }
+    let source = with(
+        "train {",
+        "pool { mode = async, placement = disagregated }\n    train {",
+    );
+    assert_eq!(
+        error(&source).hint.as_deref(),
+        Some("did you mean `disaggregated`?")
+    );
 }
 
 #[test]

@@ -5,8 +5,8 @@
 //! always there; `wgpu`, `vulkan` and `cuda` are cargo features. The wgpu adapter follows
 //! cubecl's `CUBECL_WGPU_DEFAULT_DEVICE` (`Cpu` selects Mesa's lavapipe).
 
-use agentry_dsl::spec::Device;
-use burn::tensor::backend::AutodiffBackend;
+use agentry_dsl::spec::{Device, Placement};
+use burn::tensor::backend::{AutodiffBackend, Backend, Device as _, DeviceId};
 
 use crate::error::RunError;
 
@@ -59,6 +59,37 @@ pub fn name(device: Device) -> &'static str {
         Device::Vulkan => "vulkan",
         Device::Cuda => "cuda",
     }
+}
+
+/// The devices `placement` puts the rollout engines on, next to a trainer on `trainer`: none
+/// when colocated, else the listed indices among the devices of the trainer's kind (CUDA
+/// device 1 next to CUDA device 0). An index the backend does not have is an error.
+pub fn engine_devices<B: Backend>(
+    trainer: &B::Device,
+    placement: &Placement,
+) -> Result<Vec<B::Device>, RunError> {
+    let Placement::Disaggregated { devices } = placement else {
+        return Ok(Vec::new());
+    };
+    let kind = trainer.to_id().type_id;
+    let count = B::device_count(kind);
+    devices
+        .iter()
+        .map(|&index| {
+            if usize::from(index) < count {
+                Ok(B::Device::from_id(DeviceId::new(kind, index)))
+            } else {
+                Err(RunError::Device {
+                    device: format!("{} device {index}", B::name(trainer)),
+                    reason: format!(
+                        "`placement = disaggregated` names it, but this machine has {count} \
+                         such device{} (indices from 0)",
+                        if count == 1 { "" } else { "s" }
+                    ),
+                })
+            }
+        })
+        .collect()
 }
 
 /// Runs `work` on `device` (after resolving `auto`).

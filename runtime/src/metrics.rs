@@ -193,6 +193,10 @@ pub struct RlRecord {
     /// Trajectories played per second of rollout (Monte-Carlo continuations not counted); in
     /// an asynchronous run, trajectories trained on per second of RL so far.
     pub trajectories_per_second: f64,
+    /// Disaggregated engines: seconds the workers spent copying new weights to their devices
+    /// during the step (summed over workers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight_sync_seconds: Option<f64>,
     /// Asynchronous runs: fraction of the step the trainer spent waiting for episodes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trainer_idle: Option<f64>,

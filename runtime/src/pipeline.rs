@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use agentry_dsl::spec;
 use agentry_env::TaskGenerator;
 use agentry_env::controller::Controller;
+use burn::module::Module;
 use burn::tensor::backend::Backend;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -55,6 +56,7 @@ pub struct Board<B: Backend> {
     latest: Mutex<Published<B>>,
     stop: AtomicBool,
     blocked_nanos: AtomicU64,
+    sync_nanos: AtomicU64,
 }
 
 impl<B: Backend> Board<B> {
@@ -64,6 +66,7 @@ impl<B: Backend> Board<B> {
             latest: Mutex::new((Arc::new(fresh), stale.map(Arc::new))),
             stop: AtomicBool::new(false),
             blocked_nanos: AtomicU64::new(0),
+            sync_nanos: AtomicU64::new(0),
         }
     }
 
@@ -97,6 +100,52 @@ impl<B: Backend> Board<B> {
     pub fn blocked_seconds(&self) -> f64 {
         self.blocked_nanos.load(Ordering::Relaxed) as f64 * 1e-9
     }
+
+    /// Seconds the workers have spent copying weights to their own devices so far.
+    pub fn sync_seconds(&self) -> f64 {
+        self.sync_nanos.load(Ordering::Relaxed) as f64 * 1e-9
+    }
+}
+
+/// Nanoseconds since `started`, saturating.
+fn nanos_since(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A worker's copies of the published weights on its own device (disaggregated placement):
+/// each version is copied once, when a turn first needs it.
+struct Replicas<B: Backend> {
+    device: B::Device,
+    held: Vec<Arc<Weights<B>>>,
+}
+
+impl<B: Backend> Replicas<B> {
+    /// `published`, with each policy on this worker's device.
+    fn place(&mut self, published: Published<B>, board: &Board<B>) -> Published<B> {
+        let (fresh, stale) = published;
+        let mut held = Vec::with_capacity(2);
+        let mut local = |weights: Arc<Weights<B>>| {
+            let copy = match self.held.iter().find(|w| w.version == weights.version) {
+                Some(copy) => Arc::clone(copy),
+                None => {
+                    let started = Instant::now();
+                    let policy = weights.policy.clone().to_device(&self.device);
+                    board
+                        .sync_nanos
+                        .fetch_add(nanos_since(started), Ordering::Relaxed);
+                    Arc::new(Weights {
+                        policy,
+                        version: weights.version,
+                    })
+                }
+            };
+            held.push(Arc::clone(&copy));
+            copy
+        };
+        let placed = (local(fresh), stale.map(&mut local));
+        self.held = held;
+        placed
+    }
 }
 
 /// What a rollout worker owns.
@@ -123,6 +172,9 @@ pub struct Worker<B: Backend> {
     pub board: Arc<Board<B>>,
     /// Where finished episodes go.
     pub queue: SyncSender<Episode>,
+    /// Disaggregated placement: the device this worker generates on (`None`: the trainer's);
+    /// it copies each new version of the weights there.
+    pub device: Option<B::Device>,
 }
 
 impl<B: Backend> Worker<B> {
@@ -142,8 +194,16 @@ impl<B: Backend> Worker<B> {
         let group_size = self.spec.algorithm.group_size.max(1);
         let slots = self.spec.train.batch.max(group_size);
         let mut drawn = 0usize;
+        let mut replicas = self.device.clone().map(|device| Replicas {
+            device,
+            held: Vec::new(),
+        });
         while !self.board.stopped() {
-            let (fresh, stale) = self.board.read();
+            let published = self.board.read();
+            let (fresh, stale) = match &mut replicas {
+                Some(replicas) => replicas.place(published, &self.board),
+                None => published,
+            };
             while stream.len() + group_size <= slots {
                 let group = self.index + self.workers * drawn;
                 drawn += 1;
@@ -168,8 +228,9 @@ impl<B: Backend> Worker<B> {
                     stream.cancel();
                     return;
                 }
-                let nanos = u64::try_from(blocked.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                self.board.blocked_nanos.fetch_add(nanos, Ordering::Relaxed);
+                self.board
+                    .blocked_nanos
+                    .fetch_add(nanos_since(blocked), Ordering::Relaxed);
             }
         }
         stream.cancel();

@@ -131,6 +131,26 @@ pub fn run_on<B: AutodiffBackend>(
     job.run::<B>(device)
 }
 
+/// [`run_on`] with the rollout engines on `engines` (disaggregated placement, overriding the
+/// file's `placement`): asynchronous worker `i` generates on `engines[i % engines.len()]`, the
+/// trainer trains on `trainer`, and each new version of the weights is copied across.
+pub fn run_on_devices<B: AutodiffBackend>(
+    experiment: &dyn Experiment,
+    options: &RunOptions,
+    trainer: B::Device,
+    engines: Vec<B::Device>,
+) -> Result<RunSummary, RunError> {
+    let mut job = Job::new(experiment, options)?;
+    if engines.is_empty() || job.spec.pool.mode != spec::PoolMode::Async {
+        return Err(RunError::Unsupported(
+            "engines on their own devices need `pool { mode = async }` and at least one device"
+                .to_string(),
+        ));
+    }
+    job.device_name = format!("{trainer:?}, engines on {engines:?}");
+    Trainer::<B>::new(job, trainer, Some(engines))?.run()
+}
+
 /// Rejects, before any work, what the file may declare but this runtime cannot run yet.
 fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
     let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
@@ -194,7 +214,7 @@ impl OnBackend for Job {
     type Output = Result<RunSummary, RunError>;
 
     fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output {
-        Trainer::<B>::new(self, device)?.run()
+        Trainer::<B>::new(self, device, None)?.run()
     }
 }
 
@@ -239,10 +259,17 @@ struct Trainer<B: AutodiffBackend> {
     monitor: Monitor,
     /// Cross-policy sampling: the stale engines' weights and their version.
     stale: Option<(Policy<B::InnerBackend>, u64)>,
+    /// Disaggregated placement: the devices the rollout workers run on (empty: the trainer's).
+    engine_devices: Vec<B::Device>,
 }
 
 impl<B: AutodiffBackend> Trainer<B> {
-    fn new(job: Job, device: B::Device) -> Result<Self, RunError> {
+    /// `engine_devices` overrides the file's `placement` (see [`run_on_devices`]).
+    fn new(
+        job: Job,
+        device: B::Device,
+        engine_devices: Option<Vec<B::Device>>,
+    ) -> Result<Self, RunError> {
         let Job {
             spec,
             tasks,
@@ -268,6 +295,10 @@ impl<B: AutodiffBackend> Trainer<B> {
         let context = match &loaded {
             Loaded::Scratch(arch) => arch.context,
             Loaded::Checkpoint(checkpoint) => checkpoint.policy.context,
+        };
+        let engine_devices = match engine_devices {
+            Some(devices) => devices,
+            None => device::engine_devices::<B::InnerBackend>(&device, &spec.pool.placement)?,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
         let curriculum = Curriculum::new(&spec);
@@ -393,6 +424,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             successes,
             monitor,
             stale,
+            engine_devices,
         })
     }
 
@@ -569,6 +601,8 @@ impl<B: AutodiffBackend> Trainer<B> {
                     context: self.context,
                     board: Arc::clone(&board),
                     queue: queue.clone(),
+                    device: (!self.engine_devices.is_empty())
+                        .then(|| self.engine_devices[index % self.engine_devices.len()].clone()),
                 };
                 scope.spawn(move || worker.run());
             }
@@ -597,6 +631,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         for step in done + 1..=steps {
             let step_started = Instant::now();
             let blocked_before = board.blocked_seconds();
+            let synced_before = board.sync_seconds();
             let episodes = collector
                 .batch(finished, groups, group_size, step - 1, pool.max_staleness)
                 .map_err(|_| RunError::Unsupported("every rollout worker stopped".to_string()))?;
@@ -629,6 +664,9 @@ impl<B: AutodiffBackend> Trainer<B> {
             let workers = pool.engines.max(1) as f64;
             let blocked = board.blocked_seconds() - blocked_before;
             record.rollout_idle = Some((blocked / (wall * workers).max(1e-9)).min(1.0));
+            if !self.engine_devices.is_empty() {
+                record.weight_sync_seconds = Some(board.sync_seconds() - synced_before);
+            }
             record.trajectories_per_second = (step - done) as f64 * (groups * group_size) as f64
                 / started.elapsed().as_secs_f64().max(1e-9);
             self.finish_step(step, steps, record, out)?;

@@ -112,6 +112,63 @@ fn an_async_run_trains_on_finished_groups_within_the_staleness_bound() {
 }
 
 #[test]
+fn disaggregated_engines_copy_each_version_to_their_device() {
+    let _guard = serial();
+    let name = "async_disaggregated";
+    let source = experiment(
+        "engines = 2, stale = 1 { refresh_every = 2 }, cross_policy = 0.5, max_staleness = 3, \
+         mode = async, placement = disaggregated { devices = [0] }",
+        name,
+    );
+    // flex has one device, so the copies stay on it; the wgpu test in tests/backend.rs puts
+    // the engines on a device of their own.
+    let summary = run(&source, &scratch(name), 4, None);
+    let lines = rl_lines(&summary.run_dir);
+    assert_eq!(lines.len(), 4);
+    for line in &lines {
+        assert!(
+            line["weight_sync_seconds"].as_f64().unwrap() >= 0.0,
+            "{line}"
+        );
+    }
+    // A colocated run does not report it.
+    let colocated = experiment("engines = 2, mode = async", "async_colocated");
+    let summary = run(&colocated, &scratch("async_colocated"), 1, None);
+    assert!(
+        rl_lines(&summary.run_dir)[0]
+            .get("weight_sync_seconds")
+            .is_none()
+    );
+}
+
+#[test]
+fn a_device_the_backend_lacks_is_refused_before_any_work() {
+    let _guard = serial();
+    let source = experiment(
+        "engines = 2, mode = async, placement = disaggregated { devices = [0, 3] }",
+        "async_missing_device",
+    );
+    let out = scratch("missing_device");
+    let spec = agentry_dsl::check(&source).unwrap();
+    let options = RunOptions {
+        out: out.clone(),
+        quiet: true,
+        ..RunOptions::default()
+    };
+    let error = agentry_runtime::train::run_on::<Autodiff<Flex>>(
+        &Interpreted(spec),
+        &options,
+        Default::default(),
+    )
+    .expect_err("flex has no device 3");
+    assert_eq!(
+        error.to_string(),
+        "device `flex device 3` is not available: `placement = disaggregated` names it, but \
+         this machine has 1 such device (indices from 0)"
+    );
+}
+
+#[test]
 fn an_async_run_resumes_from_its_checkpoint() {
     let _guard = serial();
     let source = experiment(

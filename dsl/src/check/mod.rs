@@ -20,7 +20,7 @@ mod train;
 
 use crate::ast::{Block, ExperimentDecl, File, Ident, ItemKind};
 use crate::diagnostics::{Diagnostic, Diagnostics, one_of, suggest};
-use crate::spec::{Device, Eval, Experiment, Pool, PoolMode, Split};
+use crate::spec::{Device, Eval, Experiment, Placement, Pool, PoolMode, Split};
 
 /// The top-level keys of an experiment.
 const TOP_KEYS: &[&str] = &["seed", "device"];
@@ -374,6 +374,7 @@ fn default_pool() -> Pool {
         cross_policy: 0.0,
         max_staleness: 1,
         mode: PoolMode::Sync,
+        placement: Placement::Colocated,
     }
 }
 

@@ -1,15 +1,22 @@
 //! `pool { ... }`: the rollout engines, stale engines and cross-policy sampling.
 
 use crate::ast::{Value, ValueKind};
-use crate::diagnostics::Diagnostic;
-use crate::spec::{Pool, PoolMode};
+use crate::diagnostics::{Diagnostic, one_of, suggest};
+use crate::spec::{Placement, Pool, PoolMode};
 
 use super::table::Interval;
 use super::{Checker, Section};
 
 impl Checker {
     pub(super) fn pool(&mut self, section: Section<'_>) -> Option<Pool> {
-        let keys = ["engines", "stale", "cross_policy", "max_staleness", "mode"];
+        let keys = [
+            "engines",
+            "stale",
+            "cross_policy",
+            "max_staleness",
+            "mode",
+            "placement",
+        ];
         let table = self.table(section.body, "pool", &keys);
         let engines = match table.get("engines") {
             Some(v) => self.size("engines", v, 1),
@@ -34,6 +41,10 @@ impl Checker {
                 &[("sync", PoolMode::Sync), ("async", PoolMode::Async)],
             ),
             None => Some(PoolMode::Sync),
+        };
+        let placement = match table.get("placement") {
+            Some(v) => self.placement(v),
+            None => Some(Placement::Colocated),
         };
         let span_of = |key: &str| table.get(key).map_or(section.keyword.span, |v| v.span);
 
@@ -85,6 +96,19 @@ impl Checker {
                 )),
             );
         }
+        if let (Some(Placement::Disaggregated { .. }), Some(PoolMode::Sync)) = (&placement, mode) {
+            self.error(
+                Diagnostic::new(
+                    span_of("placement"),
+                    "disaggregated engines need `mode = async`",
+                    "engines on other devices",
+                )
+                .with_hint(
+                    "in sync mode the trainer waits for every rollout, so engines on other \
+                     devices gain nothing; add `mode = async` or use `placement = colocated`",
+                ),
+            );
+        }
         Some(Pool {
             engines: engines?,
             stale: stale?,
@@ -92,7 +116,110 @@ impl Checker {
             cross_policy: cross_policy?,
             max_staleness: max_staleness?,
             mode: mode?,
+            placement: placement?,
         })
+    }
+
+    /// `colocated` or `disaggregated { devices = [1, 2] }`.
+    fn placement(&mut self, value: &Value) -> Option<Placement> {
+        const PLACEMENTS: &[&str] = &["colocated", "disaggregated"];
+        let (head, body) = match &value.kind {
+            ValueKind::Ident(_) => (value, None),
+            ValueKind::Ctor { head, body } => (head.as_ref(), Some(body)),
+            _ => {
+                self.wrong_type("placement", value, &one_of(PLACEMENTS));
+                return None;
+            }
+        };
+        match (&head.kind, body) {
+            (ValueKind::Ident(kind), None) if kind == "colocated" => Some(Placement::Colocated),
+            (ValueKind::Ident(kind), Some(_)) if kind == "colocated" => {
+                self.error(Diagnostic::new(
+                    value.span,
+                    "`colocated` takes no block",
+                    "nothing to configure",
+                ));
+                None
+            }
+            (ValueKind::Ident(kind), None) if kind == "disaggregated" => {
+                self.error(
+                    Diagnostic::new(head.span, "`disaggregated` needs `devices`", "no devices")
+                        .with_hint(
+                            "name the devices the engines run on, by index: \
+                             `placement = disaggregated { devices = [1] }`",
+                        ),
+                );
+                None
+            }
+            (ValueKind::Ident(kind), Some(body)) if kind == "disaggregated" => {
+                let table = self.table(body, "disaggregated", &["devices"]);
+                let Some(list) = table.get("devices") else {
+                    self.error(
+                        Diagnostic::new(head.span, "`disaggregated` needs `devices`", "no devices")
+                            .with_hint("add `devices = [1]`: the indices of the engines' devices"),
+                    );
+                    return None;
+                };
+                self.devices(list)
+                    .map(|devices| Placement::Disaggregated { devices })
+            }
+            (ValueKind::Ident(other), _) => {
+                let hint = suggest(other, PLACEMENTS.iter().copied())
+                    .unwrap_or_else(|| format!("a placement is {}", one_of(PLACEMENTS)));
+                self.error(
+                    Diagnostic::new(
+                        head.span,
+                        format!("unknown placement `{other}`"),
+                        "not a placement",
+                    )
+                    .with_hint(hint),
+                );
+                None
+            }
+            _ => {
+                self.wrong_type("placement", head, &one_of(PLACEMENTS));
+                None
+            }
+        }
+    }
+
+    /// `devices = [1, 2]`: distinct device indices, at least one.
+    fn devices(&mut self, value: &Value) -> Option<Vec<u16>> {
+        let ValueKind::List(items) = &value.kind else {
+            self.wrong_type(
+                "devices",
+                value,
+                "a list of device indices such as `[1, 2]`",
+            );
+            return None;
+        };
+        if items.is_empty() {
+            self.error(
+                Diagnostic::new(value.span, "`devices` is empty", "no device")
+                    .with_hint("name at least one device index, e.g. `devices = [1]`"),
+            );
+            return None;
+        }
+        let mut devices = Vec::new();
+        let mut ok = true;
+        for item in items {
+            match self.int_in("devices", item, 0, i128::from(u16::MAX)) {
+                Some(d) => {
+                    let d = u16::try_from(d).ok()?;
+                    if devices.contains(&d) {
+                        self.error(Diagnostic::new(
+                            item.span,
+                            format!("device {d} is listed twice"),
+                            "listed again here",
+                        ));
+                        ok = false;
+                    }
+                    devices.push(d);
+                }
+                None => ok = false,
+            }
+        }
+        ok.then_some(devices)
     }
 
     /// `stale = n` or `stale = n { refresh_every = k }`.
