@@ -25,10 +25,12 @@ pub mod monitor;
 pub mod optim;
 pub mod pipeline;
 pub mod pool;
+pub mod replay;
 pub mod rollout;
 pub mod tasks;
 pub mod text;
 pub mod train;
+pub mod trajectory;
 
 pub use agentry_dsl::spec;
 pub use agentry_env as env;
