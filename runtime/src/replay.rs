@@ -167,13 +167,22 @@ impl Target {
                 self.line
             ))
         })?;
-        serde_json::from_str(line).map_err(|e| {
+        let trajectory: Trajectory = serde_json::from_str(line).map_err(|e| {
             ReplayError::Trajectory(format!(
                 "`{}:{}` is not a recorded episode: {e}",
                 self.file.display(),
                 self.line
             ))
-        })
+        })?;
+        if !(1..=3).contains(&trajectory.difficulty) {
+            return Err(ReplayError::Trajectory(format!(
+                "`{}:{}` records difficulty {}, but difficulties are 1 to 3",
+                self.file.display(),
+                self.line,
+                trajectory.difficulty
+            )));
+        }
+        Ok(trajectory)
     }
 }
 
@@ -457,6 +466,13 @@ fn play_recorded(
                 "{at}: {} tokens but {} log-probabilities recorded",
                 turn.tokens.len(),
                 turn.logprobs.len()
+            ));
+            break;
+        }
+        let vocab = chat.tokenizer().vocab_size();
+        if let Some(&id) = turn.tokens.iter().find(|&&id| id as usize >= vocab) {
+            mismatch = Some(format!(
+                "{at}: token id {id} is not in the run's vocabulary ({vocab} ids)"
             ));
             break;
         }

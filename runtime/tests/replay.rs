@@ -234,6 +234,15 @@ fn a_changed_token_or_log_prob_is_caught() {
         "{verdict}"
     );
 
+    let mut t = original.clone();
+    t.turns[0].tokens[0] = u32::MAX;
+    let replay = replayed(&write_line(dir, "tampered-token-id", &t), 1);
+    let verdict = replay.verdict();
+    assert!(
+        verdict.contains("turn 1: token id 4294967295 is not in the run's vocabulary"),
+        "{verdict}"
+    );
+
     let mut t = original;
     t.turns[0].logprobs[0] -= 0.5;
     let replay = replayed(&write_line(dir, "tampered-logprob", &t), 1);
@@ -278,6 +287,12 @@ fn malformed_input_is_a_clear_error() {
     );
     let message = error(format!("{}:1", dir.join("episodes/nope.jsonl").display()));
     assert!(message.contains("cannot read"), "{message}");
+
+    let mut t = lines(&file).remove(0);
+    t.difficulty = 9;
+    let odd = write_line(dir, "difficulty-9", &t);
+    let message = error(format!("{}:1", odd.display()));
+    assert!(message.contains("records difficulty 9"), "{message}");
 
     let bad = dir.join("episodes/bad.jsonl");
     std::fs::write(&bad, "{\"task\": \"kg\"\n").unwrap();
