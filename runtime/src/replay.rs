@@ -16,7 +16,7 @@
 //!
 //! A sampled episode cannot be regenerated alone: one RNG served the whole evaluation batch,
 //! so its draws depend on every other episode. Its tokens are checked by the re-scoring only.
-//! Rollout and replay share the turn logic ([`Episode::record_turn`]), so the replayed episode
+//! Rollout and replay share the turn logic (`Episode::record_turn`), so the replayed episode
 //! ends exactly where a played one would.
 
 use std::collections::{BTreeMap, BTreeSet};
