@@ -1,5 +1,5 @@
-//! `agentry`: check, expand and run experiment files; deploy environments over HTTP
-//! (`controller`, `worker`).
+//! `agentry`: check, expand and run experiment files; replay recorded episodes; deploy
+//! environments over HTTP (`controller`, `worker`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -40,6 +40,16 @@ enum Command {
         file: PathBuf,
         #[command(flatten)]
         run: RunArgs,
+    },
+    /// Replay a recorded episode: step its instance again with the recorded replies, re-score
+    /// (and, for greedy episodes, regenerate) them with the recorded policy version's weights
+    /// when the run kept them, print the transcript and a verdict; exit 1 on any difference.
+    Replay {
+        /// The episode: `RUN_DIR/episodes/FILE.jsonl:N`, line N from 1.
+        trajectory: String,
+        /// Device for the policy checks: auto, flex, wgpu, vulkan or cuda (default flex).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<agentry::spec::Device>,
     },
     /// Run an AgentRL-compatible controller: workers register with it by heartbeat, trainers
     /// and evaluators start and play sessions through it (`/api/start_sample`, ...).
@@ -138,6 +148,24 @@ fn main() -> ExitCode {
             });
             finish(result)
         }
+        Command::Replay { trajectory, device } => {
+            match agentry::replay::replay(&trajectory, device) {
+                Ok(replay) => {
+                    println!("{}", replay.header);
+                    print!("{}", replay.transcript);
+                    for line in &replay.checks {
+                        println!("{line}");
+                    }
+                    println!("{}", replay.verdict());
+                    if replay.identical() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => finish(Err(format!("error: {e}"))),
+            }
+        }
         Command::Controller { host, port } => {
             let config = agentry_serve::ControllerConfig::new(SocketAddr::new(host, port));
             match agentry_serve::controller::serve(config) {
@@ -194,6 +222,10 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn parse_device(name: &str) -> Result<agentry::spec::Device, String> {
+    agentry::device::parse(name).map_err(|e| e.to_string())
 }
 
 fn read(file: &Path) -> Result<String, String> {

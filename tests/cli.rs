@@ -194,3 +194,82 @@ fn controller_and_worker_commands_serve_a_task() {
     assert_eq!(client.get_indices("kg").unwrap().len(), 5);
     client.cancel(started.session_id).unwrap();
 }
+
+/// A tiny run through `agentry run`, then `agentry replay` of its final evaluation's episodes:
+/// identical ones exit 0, a tampered one exits 1 with the first difference, a bad name is an
+/// error (exit 1, no panic).
+#[test]
+fn replay_checks_a_recorded_episode_and_exits_1_on_a_difference() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-replay");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("tiny.arl");
+    std::fs::write(
+        &file,
+        r#"
+experiment cli_replay {
+    seed = 3
+    device = flex
+    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 256 } }
+    task kg { env = kg, max_turns = 2, difficulty = 1 }
+    algorithm grpo { group_size = 2 }
+    train { steps = 1, batch = 4, max_new_tokens = 8 }
+    eval { episodes = 2 }
+}
+"#,
+    )
+    .unwrap();
+    let out = root.join("runs");
+    let run = agentry(&[
+        "run",
+        file.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let run_dir = std::fs::read_dir(out.join("cli_replay"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let episodes = run_dir.join("episodes/final.jsonl");
+    let name = format!("{}:1", episodes.display());
+
+    let replay = agentry(&["replay", &name]);
+    let stdout = String::from_utf8_lossy(&replay.stdout);
+    assert!(
+        replay.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    assert!(stdout.contains("== kg instance 0 difficulty 1"), "{stdout}");
+    assert!(stdout.ends_with("verdict: identical\n"), "{stdout}");
+
+    // The same line with its first observation edited.
+    let text = std::fs::read_to_string(&episodes).unwrap();
+    let mut line: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    if let Some(turn) = line["turns"].get_mut(0) {
+        turn["observation"] = serde_json::Value::from("not what the environment said");
+        let tampered = run_dir.join("episodes/tampered.jsonl");
+        std::fs::write(&tampered, format!("{line}\n")).unwrap();
+        let replay = agentry(&["replay", &format!("{}:1", tampered.display())]);
+        assert_eq!(replay.status.code(), Some(1));
+        let stdout = String::from_utf8_lossy(&replay.stdout);
+        assert!(
+            stdout.contains("verdict: MISMATCH: turn 1: observation differs"),
+            "{stdout}"
+        );
+    }
+
+    let missing = agentry(&["replay", &format!("{}:9", episodes.display())]);
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("there is no line 9"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

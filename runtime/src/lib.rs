@@ -7,8 +7,9 @@
 //! advantages and minimize the clipped policy loss over the agent's tokens only ([`algo`]) —
 //! drawing tasks and turn budgets from the curriculum ([`curriculum`]), and evaluate on held-out
 //! instances. Everything a run records goes to `runs/<experiment>/<run-id>/` ([`metrics`]),
-//! including checkpoints a run resumes from exactly ([`checkpoint`]) and the stability alarms
-//! raised along the way ([`monitor`]).
+//! including checkpoints a run resumes from exactly ([`checkpoint`]), the stability alarms
+//! raised along the way ([`monitor`]) and every evaluation episode, recorded ([`trajectory`])
+//! so that `agentry replay` can play it again and check it ([`replay`]).
 //!
 //! The runtime is generic over the burn backend; [`device`] is the one place that names
 //! concrete backends. All randomness flows from the experiment's seed through explicit RNGs.
@@ -25,10 +26,12 @@ pub mod monitor;
 pub mod optim;
 pub mod pipeline;
 pub mod pool;
+pub mod replay;
 pub mod rollout;
 pub mod tasks;
 pub mod text;
 pub mod train;
+pub mod trajectory;
 
 pub use agentry_dsl::spec;
 pub use agentry_env as env;

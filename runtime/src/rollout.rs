@@ -57,6 +57,10 @@ pub struct Episode {
     pub turn_values: Vec<f32>,
     /// The version of the policy that generated each turn (cross-policy sampling mixes them).
     pub turn_versions: Vec<u64>,
+    /// What the environment answered each agent turn, in order (the parser's error for a
+    /// reply that is no call), including an observation the context could not hold: the
+    /// transcript alone cannot give back the text, and a recorded trajectory needs it.
+    pub turn_steps: Vec<Step>,
     /// Whether the environment judged the episode solved.
     pub success: bool,
     /// Agent turns taken.
@@ -170,6 +174,7 @@ pub fn continue_forks<B: Backend>(
             episode.turn_rewards.clear();
             episode.turn_tokens.clear();
             episode.turn_versions.clear();
+            episode.turn_steps.clear();
             episodes.push(episode);
             sessions.push(Some(session));
         }
@@ -290,7 +295,7 @@ impl<'a> Stream<'a> {
 
 /// Resets one environment per spec under the controller: the episodes at turn 0 and their
 /// sessions (`None` where the reset failed, which ends that episode with `TaskError`).
-fn start(
+pub(crate) fn start(
     chat: &ChatFormat,
     tasks: &[Box<dyn TaskGenerator>],
     controller: &Controller,
@@ -322,6 +327,7 @@ fn start(
                 turn_tokens: Vec::new(),
                 turn_values: Vec::new(),
                 turn_versions: Vec::new(),
+                turn_steps: Vec::new(),
                 success: false,
                 turns: 0,
                 status,
@@ -369,11 +375,8 @@ impl<B: Backend> Turns<'_, B> {
         // An instruction too long for the context leaves no room for a reply: the episode
         // ends before its first turn, with nothing to learn from (an empty transcript).
         for (i, episode) in episodes.iter_mut().enumerate() {
-            if episode.is_running() && episode.transcript.tokens.len() + 2 > context {
-                episode.status = Status::TaskLimitReached;
+            if episode.cut_before_turn(context) {
                 episode.success = finish(controller, sessions[i]);
-                episode.transcript = Transcript::default();
-                episode.logprobs.clear();
             }
         }
         if let Some(plan) = plan {
@@ -403,7 +406,7 @@ impl<B: Backend> Turns<'_, B> {
         // Parse every reply; the parsed calls of this turn are stepped together.
         let parsed: Vec<Result<ToolCall, String>> = generations
             .iter()
-            .map(|g| parse_call(&chat.agent_text(&g.tokens)))
+            .map(|g| reply_call(chat, &g.tokens))
             .collect();
         let calls: Vec<(SessionId, ToolCall)> = active
             .iter()
@@ -416,50 +419,23 @@ impl<B: Backend> Turns<'_, B> {
             active.iter().zip(generations).zip(parsed).zip(picks)
         {
             let episode = &mut episodes[i];
-            episode
-                .turn_versions
-                .push(self.engines.engine(pick).version);
-            chat.push_agent(&mut episode.transcript, &generation.tokens);
-            episode.logprobs.extend_from_slice(&generation.logprobs);
-            episode.turn_tokens.push(generation.tokens.len());
-            episode.turns += 1;
             let step = match call {
                 Ok(_) => match answers.next() {
                     Some(Ok(step)) => step,
                     Some(Err(e)) => failed(e.to_string()),
                     None => failed("the controller gave no answer".to_string()),
                 },
-                Err(message) => Step {
-                    observation: message,
-                    reward: 0.0,
-                    status: Status::InvalidAction,
-                },
+                Err(message) => unparsed(message),
             };
-            episode.reward += step.reward;
-            episode.turn_rewards.push(step.reward);
-            if step.done() {
-                episode.status = step.status;
-                episode.success = sessions[i]
-                    .and_then(|id| controller.success(id).ok())
-                    .unwrap_or(false);
-            } else if episode.turns >= episode.spec.max_turns {
-                episode.status = Status::TaskLimitReached;
-                episode.success = finish(controller, sessions[i]);
-            } else {
-                let before = episode.transcript.tokens.len();
-                chat.push_observation(&mut episode.transcript, &step.observation);
-                if episode.transcript.tokens.len() + 2 > context {
-                    // No reply would fit after this observation: the episode ends here, and
-                    // the observation, which no agent token would follow, is not kept
-                    // (training never sees more than `context` tokens).
-                    episode.transcript.tokens.truncate(before);
-                    episode.transcript.agent_mask.truncate(before);
-                    episode.status = Status::TaskLimitReached;
-                    episode.success = finish(controller, sessions[i]);
-                } else {
-                    let added = episode.transcript.tokens.len() - before;
-                    episode.logprobs.extend(std::iter::repeat_n(0.0, added));
+            let version = self.engines.engine(pick).version;
+            match episode.record_turn(chat, &generation, version, step, context) {
+                TurnEnd::Running => {}
+                TurnEnd::Environment => {
+                    episode.success = sessions[i]
+                        .and_then(|id| controller.success(id).ok())
+                        .unwrap_or(false);
                 }
+                TurnEnd::Runtime => episode.success = finish(controller, sessions[i]),
             }
         }
         true
@@ -528,7 +504,7 @@ fn snapshot(
 }
 
 /// Ends a session the runtime stops (turn budget, context); returns whether it was solved.
-fn finish(controller: &Controller, session: Option<SessionId>) -> bool {
+pub(crate) fn finish(controller: &Controller, session: Option<SessionId>) -> bool {
     let Some(id) = session else {
         return false;
     };
@@ -538,7 +514,7 @@ fn finish(controller: &Controller, session: Option<SessionId>) -> bool {
 }
 
 /// The step of an environment call the controller could not serve.
-fn failed(reason: String) -> Step {
+pub(crate) fn failed(reason: String) -> Step {
     Step {
         observation: format!("Error: the environment failed: {reason}"),
         reward: 0.0,
@@ -546,9 +522,94 @@ fn failed(reason: String) -> Step {
     }
 }
 
+/// How a turn left its episode (see [`Episode::record_turn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TurnEnd {
+    /// The episode goes on.
+    Running,
+    /// The environment ended it: whether it was solved is the environment's to say.
+    Environment,
+    /// The runtime ended it (turn budget, or no room for another reply): the session must be
+    /// asked whether it was solved, then ended.
+    Runtime,
+}
+
+/// The tool call a reply makes, or the parser's error that answers it.
+pub(crate) fn reply_call(chat: &ChatFormat, generated: &[u32]) -> Result<ToolCall, String> {
+    parse_call(&chat.agent_text(generated))
+}
+
+/// The step of a reply that is no call: the parser's message, without touching the
+/// environment.
+pub(crate) fn unparsed(message: String) -> Step {
+    Step {
+        observation: message,
+        reward: 0.0,
+        status: Status::InvalidAction,
+    }
+}
+
 impl Episode {
-    fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         matches!(self.status, Status::Running | Status::InvalidAction)
+    }
+
+    /// Ends a running episode whose transcript leaves no room for a reply (`TaskLimitReached`,
+    /// an empty transcript: nothing to learn from); returns whether it did. The caller asks
+    /// the session whether it was solved.
+    pub(crate) fn cut_before_turn(&mut self, context: usize) -> bool {
+        if !self.is_running() || self.transcript.tokens.len() + 2 <= context {
+            return false;
+        }
+        self.status = Status::TaskLimitReached;
+        self.transcript = Transcript::default();
+        self.logprobs.clear();
+        true
+    }
+
+    /// Appends one agent turn (the reply `generation` by policy `version`) and the
+    /// environment's answer `step`, and decides whether the episode goes on: it ends when the
+    /// environment says so, at its turn budget, or when no reply would fit after the
+    /// observation (which is then not kept: training never sees more than `context` tokens).
+    /// Rollout and replay share it, so a replayed episode ends exactly where the played one
+    /// did.
+    pub(crate) fn record_turn(
+        &mut self,
+        chat: &ChatFormat,
+        generation: &Generation,
+        version: u64,
+        step: Step,
+        context: usize,
+    ) -> TurnEnd {
+        self.turn_versions.push(version);
+        chat.push_agent(&mut self.transcript, &generation.tokens);
+        self.logprobs.extend_from_slice(&generation.logprobs);
+        self.turn_tokens.push(generation.tokens.len());
+        self.turns += 1;
+        self.reward += step.reward;
+        self.turn_rewards.push(step.reward);
+        let end = if step.done() {
+            self.status = step.status;
+            TurnEnd::Environment
+        } else if self.turns >= self.spec.max_turns {
+            self.status = Status::TaskLimitReached;
+            TurnEnd::Runtime
+        } else {
+            let before = self.transcript.tokens.len();
+            chat.push_observation(&mut self.transcript, &step.observation);
+            if self.transcript.tokens.len() + 2 > context {
+                self.transcript.tokens.truncate(before);
+                self.transcript.agent_mask.truncate(before);
+                self.status = Status::TaskLimitReached;
+                TurnEnd::Runtime
+            } else {
+                let added = self.transcript.tokens.len() - before;
+                self.logprobs.extend(std::iter::repeat_n(0.0, added));
+                TurnEnd::Running
+            }
+        };
+        self.turn_steps.push(step);
+        end
     }
 }
 

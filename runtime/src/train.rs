@@ -44,6 +44,7 @@ use crate::rollout::{
     play_in_pool,
 };
 use crate::text::{ChatFormat, Tokenizer, Transcript};
+use crate::trajectory::{self, Origin, render};
 
 /// Largest tokenizer vocabulary trained for a from-scratch policy.
 pub const TOKENIZER_VOCAB: usize = 2048;
@@ -1327,26 +1328,52 @@ impl<B: AutodiffBackend> Trainer<B> {
         })
     }
 
-    /// Writes the first episodes of each task as readable transcripts, `samples-LABEL.txt`.
+    /// Writes the first episodes of each task as readable transcripts, `samples-LABEL.txt`,
+    /// and every episode as a replayable line of `episodes/` ([`crate::trajectory`]).
+    ///
+    /// Evaluation episodes are played by the policy as it stands: its version is the RL steps
+    /// done (0 for the warm-up's evaluation, whose weights RL starts from). A label ending in
+    /// `-sampled` marks an evaluation decoded by sampling; the others follow `eval.greedy`.
     fn write_samples(&self, label: &str, episodes: &[Episode]) -> Result<(), RunError> {
         let mut text = String::new();
         for (t, task) in self.spec.tasks.iter().enumerate() {
             for episode in episodes.iter().filter(|e| e.spec.task == t).take(4) {
-                text.push_str(&format!(
-                    "== {} instance {} difficulty {}: success {} reward {} turns {} ({:?})\n{}\n\n",
-                    task.name,
-                    episode.spec.index,
-                    episode.spec.difficulty,
-                    episode.success,
-                    episode.reward,
-                    episode.turns,
-                    episode.status,
-                    self.chat.tokenizer().decode(&episode.transcript.tokens)
-                ));
+                text.push_str(&render(&task.name, episode, self.chat.tokenizer()));
+                text.push('\n');
             }
         }
         let path = self.run_dir.path().join(format!("samples-{label}.txt"));
-        std::fs::write(&path, text).map_err(RunError::io(path))
+        std::fs::write(&path, text).map_err(RunError::io(path))?;
+
+        let version = match self.phase {
+            Phase::Rl { step } => step,
+            Phase::Warmup { .. } => 0,
+        };
+        let sampling = self.sampling(self.spec.eval.greedy && !label.ends_with("-sampled"));
+        let mut lines = String::new();
+        for episode in episodes {
+            let task = &self.spec.tasks[episode.spec.task].name;
+            let origin = Origin {
+                task,
+                task_version: self.task_versions.get(task).map_or("", String::as_str),
+                evaluation: label,
+                context: self.context,
+                sampling: &sampling,
+                version,
+            };
+            let line =
+                serde_json::to_string(&trajectory::Trajectory::of(episode, &self.chat, &origin))
+                    .map_err(|e| RunError::Io {
+                        path: self.run_dir.path().join(trajectory::DIR),
+                        source: std::io::Error::other(e.to_string()),
+                    })?;
+            lines.push_str(&line);
+            lines.push('\n');
+        }
+        let dir = self.run_dir.path().join(trajectory::DIR);
+        std::fs::create_dir_all(&dir).map_err(RunError::io(&dir))?;
+        let path = dir.join(trajectory::file_name(label, version));
+        std::fs::write(&path, lines).map_err(RunError::io(path))
     }
 
     /// Whether `checkpoint_every` falls on `step` (warm-up and RL steps count separately).

@@ -1,0 +1,221 @@
+//! Recorded trajectories: every evaluation episode as one line of JSON, and the readable
+//! transcript of an episode.
+//!
+//! An evaluation writes all its episodes to `RUN_DIR/episodes/LABEL.jsonl` (a periodic
+//! evaluation to `periodic-NNNNNN.jsonl`, by its policy version, so none replaces another).
+//! A line holds what `agentry replay` needs to play the episode again
+//! ([`crate::replay`]): the instance (task, its generator version, split, difficulty, index),
+//! the budgets (turns, context), the decoding, the policy version of each turn, and per turn the
+//! agent's reply (text and token ids), the behaviour log-probability of each of its tokens, and
+//! the environment's answer (observation, reward, status); then the episode's reward, success
+//! and status. Instances are a pure function of the first five, so the line with the run
+//! directory's files pins the episode.
+
+use agentry_env::{Split, Status, Step};
+use serde::{Deserialize, Serialize};
+
+use crate::model::Sampling;
+use crate::rollout::Episode;
+use crate::text::{ChatFormat, Tokenizer};
+
+/// The folder of a run directory holding the recorded episodes.
+pub const DIR: &str = "episodes";
+
+/// One recorded episode, a line of `episodes/*.jsonl`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Trajectory {
+    /// The task's name in the experiment.
+    pub task: String,
+    /// The task generator's version when the episode was played.
+    pub task_version: String,
+    /// Train or test instances.
+    pub split: Split,
+    /// Difficulty level.
+    pub difficulty: u8,
+    /// Instance index within the split.
+    pub index: u64,
+    /// Turn budget.
+    pub max_turns: u32,
+    /// The policy's context: the rollout ends an episode when no reply would fit.
+    pub context: usize,
+    /// The evaluation that played it (`warmup`, `periodic`, `final`, ...).
+    pub evaluation: String,
+    /// How replies were decoded.
+    pub decoding: Decoding,
+    /// The version of the policy (RL updates applied) that generated each turn.
+    pub policy_versions: Vec<u64>,
+    /// Every agent turn, in order.
+    pub turns: Vec<Turn>,
+    /// Sum of the turn rewards.
+    pub reward: f32,
+    /// Whether the environment judged the episode solved.
+    pub success: bool,
+    /// How it ended.
+    pub status: Status,
+}
+
+/// One agent turn and the environment's answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    /// The reply's text, up to its end token (what was parsed as a call).
+    pub reply: String,
+    /// The reply's token ids, as generated (with the end token when it stopped there).
+    pub tokens: Vec<u32>,
+    /// The behaviour log-probability of each token.
+    pub logprobs: Vec<f32>,
+    /// The environment's observation (or the parser's error).
+    pub observation: String,
+    /// The turn's reward.
+    pub reward: f32,
+    /// The step's status.
+    pub status: Status,
+}
+
+/// The decoding settings of an evaluation, as [`Sampling`] holds them (stops as token ids).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Decoding {
+    /// Greedy decoding, or sampling with the settings below.
+    pub greedy: bool,
+    /// Softmax temperature (greedy records temperature-1 log-probabilities).
+    pub temperature: f32,
+    /// Nucleus mass.
+    pub top_p: f32,
+    /// Top-k cut, if any.
+    pub top_k: Option<usize>,
+    /// Most tokens per reply (a turn may have had fewer: the batch's longest prompt bounds it).
+    pub max_new_tokens: usize,
+    /// Stop tokens.
+    pub stop: Vec<u32>,
+    /// Stop sequences.
+    pub stop_sequences: Vec<Vec<u32>>,
+}
+
+impl From<&Sampling> for Decoding {
+    fn from(s: &Sampling) -> Self {
+        Decoding {
+            greedy: s.greedy,
+            temperature: s.temperature,
+            top_p: s.top_p,
+            top_k: s.top_k,
+            max_new_tokens: s.max_new_tokens,
+            stop: s.stop.clone(),
+            stop_sequences: s.stop_sequences.clone(),
+        }
+    }
+}
+
+impl From<&Decoding> for Sampling {
+    fn from(d: &Decoding) -> Self {
+        Sampling {
+            temperature: d.temperature,
+            top_p: d.top_p,
+            top_k: d.top_k,
+            max_new_tokens: d.max_new_tokens,
+            stop: d.stop.clone(),
+            stop_sequences: d.stop_sequences.clone(),
+            greedy: d.greedy,
+        }
+    }
+}
+
+impl Decoding {
+    /// The temperature the recorded log-probabilities are under (greedy records
+    /// temperature 1, see [`crate::model::Generation::logprobs`]).
+    pub fn scoring_temperature(&self) -> f64 {
+        if self.greedy {
+            1.0
+        } else {
+            f64::from(self.temperature)
+        }
+    }
+}
+
+/// Where the episode came from, beyond the episode itself.
+pub struct Origin<'a> {
+    /// The task's name.
+    pub task: &'a str,
+    /// Its generator's version.
+    pub task_version: &'a str,
+    /// The evaluation's label.
+    pub evaluation: &'a str,
+    /// The policy's context.
+    pub context: usize,
+    /// The decoding.
+    pub sampling: &'a Sampling,
+    /// The version of the policy that played it.
+    pub version: u64,
+}
+
+impl Trajectory {
+    /// The record of an evaluation episode, played by one policy (`origin.version`).
+    pub fn of(episode: &Episode, chat: &ChatFormat, origin: &Origin<'_>) -> Self {
+        // Each turn's reply is the next `turn_tokens[k]` agent positions of the transcript.
+        let agent: Vec<usize> = (0..episode.transcript.tokens.len())
+            .filter(|&j| episode.transcript.agent_mask[j])
+            .collect();
+        let mut at = 0;
+        let turns = episode
+            .turn_steps
+            .iter()
+            .zip(&episode.turn_tokens)
+            .map(|(step, &n): (&Step, _)| {
+                let positions = agent.get(at..at + n).unwrap_or_default();
+                at += n;
+                let tokens: Vec<u32> = positions
+                    .iter()
+                    .map(|&j| episode.transcript.tokens[j])
+                    .collect();
+                Turn {
+                    reply: chat.agent_text(&tokens),
+                    logprobs: positions.iter().map(|&j| episode.logprobs[j]).collect(),
+                    tokens,
+                    observation: step.observation.clone(),
+                    reward: step.reward,
+                    status: step.status,
+                }
+            })
+            .collect::<Vec<_>>();
+        Trajectory {
+            task: origin.task.to_string(),
+            task_version: origin.task_version.to_string(),
+            split: episode.spec.split,
+            difficulty: episode.spec.difficulty,
+            index: episode.spec.index,
+            max_turns: episode.spec.max_turns,
+            context: origin.context,
+            evaluation: origin.evaluation.to_string(),
+            decoding: Decoding::from(origin.sampling),
+            policy_versions: vec![origin.version; turns.len()],
+            turns,
+            reward: episode.reward,
+            success: episode.success,
+            status: episode.status,
+        }
+    }
+}
+
+/// The file an evaluation's episodes go to, inside [`DIR`]: `LABEL.jsonl`, or for periodic
+/// evaluations `periodic-NNNNNN.jsonl` (by policy version, so each is kept).
+pub fn file_name(label: &str, version: u64) -> String {
+    if label == "periodic" {
+        format!("periodic-{version:06}.jsonl")
+    } else {
+        format!("{label}.jsonl")
+    }
+}
+
+/// An episode as the `samples-*.txt` files show it: a header line (task, instance,
+/// difficulty, outcome), then the whole decoded conversation with its special tokens.
+pub fn render(task: &str, episode: &Episode, tokenizer: &Tokenizer) -> String {
+    format!(
+        "== {} instance {} difficulty {}: success {} reward {} turns {} ({:?})\n{}\n",
+        task,
+        episode.spec.index,
+        episode.spec.difficulty,
+        episode.success,
+        episode.reward,
+        episode.turns,
+        episode.status,
+        tokenizer.decode(&episode.transcript.tokens)
+    )
+}
