@@ -8,7 +8,8 @@
 //! drawing tasks and turn budgets from the curriculum ([`curriculum`]), and evaluate on held-out
 //! instances. Everything a run records goes to `runs/<experiment>/<run-id>/` ([`metrics`]),
 //! including checkpoints a run resumes from exactly ([`checkpoint`]) and the stability alarms
-//! raised along the way ([`monitor`]).
+//! raised along the way ([`monitor`]), and a report with tables and learning curves read back
+//! from those files ([`report`]).
 //!
 //! The runtime is generic over the burn backend; [`device`] is the one place that names
 //! concrete backends. All randomness flows from the experiment's seed through explicit RNGs.
@@ -25,6 +26,7 @@ pub mod monitor;
 pub mod optim;
 pub mod pipeline;
 pub mod pool;
+pub mod report;
 pub mod rollout;
 pub mod tasks;
 pub mod text;
