@@ -1,5 +1,5 @@
-//! `agentry`: check, expand and run experiment files; replay recorded episodes; deploy
-//! environments over HTTP (`controller`, `worker`).
+//! `agentry`: check, expand and run experiment files; report on a run; replay recorded
+//! episodes; deploy environments over HTTP (`controller`, `worker`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -50,6 +50,12 @@ enum Command {
         /// Device for the policy checks: auto, flex, wgpu, vulkan or cuda (default flex).
         #[arg(long, value_parser = parse_device)]
         device: Option<agentry::spec::Device>,
+    },
+    /// Write (again) the report of a run directory: report.md and plots/, from its
+    /// metrics.jsonl, experiment.json and summary.json.
+    Report {
+        /// The run directory, runs/<experiment>/<run-id>.
+        run_dir: PathBuf,
     },
     /// Run an AgentRL-compatible controller: workers register with it by heartbeat, trainers
     /// and evaluators start and play sessions through it (`/api/start_sample`, ...).
@@ -166,6 +172,11 @@ fn main() -> ExitCode {
                 Err(e) => finish(Err(format!("error: {e}"))),
             }
         }
+        Command::Report { run_dir } => finish(
+            agentry::report::write(&run_dir)
+                .map(|path| println!("wrote {}", display(&path)))
+                .map_err(|e| format!("error: {e}")),
+        ),
         Command::Controller { host, port } => {
             let config = agentry_serve::ControllerConfig::new(SocketAddr::new(host, port));
             match agentry_serve::controller::serve(config) {

@@ -45,7 +45,13 @@ fn check_run(summary: &RunSummary) {
         .map(|l| serde_json::from_str(l).expect("every metrics line is JSON"))
         .collect();
     let phases: Vec<&str> = lines.iter().map(|l| l["phase"].as_str().unwrap()).collect();
-    assert_eq!(phases, ["sft", "sft", "sft", "eval", "rl", "rl", "eval"]);
+    // `eval.decoding = both` (the default): a greedy and a sampled evaluation at each point.
+    assert_eq!(
+        phases,
+        [
+            "sft", "sft", "sft", "eval", "eval", "rl", "rl", "eval", "eval"
+        ]
+    );
     for line in &lines {
         if let Some(loss) = line.get("loss") {
             assert!(loss.as_f64().is_some_and(f64::is_finite), "{line}");

@@ -1,4 +1,4 @@
-//! The `agentry` command line: check, expand and run, on real files.
+//! The `agentry` command line: check, expand, run and report, on real files.
 
 use std::process::Command;
 
@@ -272,4 +272,91 @@ experiment cli_replay {
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert!(stderr.contains("there is no line 9"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+#[test]
+fn report_of_a_directory_that_is_not_a_run_is_an_error() {
+    let missing = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-such-run-dir");
+    let out = agentry(&["report", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is not a run directory: it has no `metrics.jsonl`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A run directory written by hand, as an older or a cross-policy run leaves it: an evaluation
+/// line without `decoding` (read as greedy), RL lines with a staleness histogram and alerts, no
+/// `summary.json` (the run has not finished).
+#[test]
+fn report_regenerates_the_report_of_a_run_directory() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-by-hand");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("experiment.json"),
+        r#"{"name":"by_hand","seed":3,"device":"flex","algorithm":{"kind":"grpo"},
+            "train":{"steps":10},"eval":{"split":"test","episodes":4}}"#,
+    )
+    .unwrap();
+    let kg = |success: f64| {
+        format!(
+            r#"{{"kg":{{"episodes":4,"success":{success},"success_ci":[0.1,0.9],"mean_return":{success},"mean_turns":2.5}}}}"#
+        )
+    };
+    let mut lines = Vec::new();
+    for step in 1..=3u64 {
+        let alerts = if step >= 2 {
+            r#","alerts":["grad_spike"]"#
+        } else {
+            ""
+        };
+        lines.push(format!(
+            r#"{{"phase":"rl","step":{step},"stage":"all","tasks":{},"success":0.5,"mean_return":0.5,"entropy":1.5,"kl":0.01,"loss":0.1,"grad_norm":2.0,"staleness":{{"0":6,"1":2}}{alerts}}}"#,
+            kg(0.25 * step as f64)
+        ));
+    }
+    lines.push(format!(
+        r#"{{"phase":"eval","step":3,"label":"periodic","tasks":{},"success":0.5,"success_ci":[0.2,0.8]}}"#,
+        kg(0.5)
+    ));
+    std::fs::write(dir.join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
+    std::fs::write(dir.join("samples-periodic.txt"), "== kg instance 0\n").unwrap();
+
+    let out = agentry(&["report", dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("report.md"));
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for needle in [
+        "# Run report: `by_hand`",
+        "| device | flex (requested; the run has not finished) |",
+        "| RL steps | 3 of 10 |",
+        "## Latest evaluation (step 3, periodic): the run has not finished",
+        "| kg | greedy | 0.500 | [0.100, 0.900] | 0.500 | 2.50 |",
+        "| mean versions behind | 0.25 |",
+        "| grad_spike | 2 | 2 | 3 |",
+        "(plots/staleness.png)",
+        "[samples-periodic.txt](samples-periodic.txt)",
+    ] {
+        assert!(
+            report.contains(needle),
+            "report.md lacks {needle:?}:\n{report}"
+        );
+    }
+    for plot in [
+        "train_success",
+        "return",
+        "entropy",
+        "kl",
+        "staleness",
+        "eval_success_greedy",
+    ] {
+        let png = std::fs::read(dir.join("plots").join(format!("{plot}.png"))).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{plot}.png");
+        let svg = std::fs::read_to_string(dir.join("plots").join(format!("{plot}.svg"))).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("</svg>"), "{plot}.svg");
+    }
+    assert!(!dir.join("plots/eval_success_sampled.png").exists());
 }

@@ -14,9 +14,9 @@ use quote::quote;
 
 use crate::spec::{
     AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Arch, BuiltinEnv, Clip, Credit, Device,
-    Difficulty, EnvRef, Eval, Experiment, Filter, Kl, KlEstimator, KlPlacement, Model, Optimizer,
-    Placement, Pool, PoolMode, Schedule, SftSource, Split, Stage, Sweep, Task, Train, ValueHead,
-    Warmup,
+    Difficulty, EnvRef, Eval, EvalDecoding, Experiment, Filter, Kl, KlEstimator, KlPlacement,
+    Model, Optimizer, Placement, Pool, PoolMode, Schedule, SftSource, Split, Stage, Sweep, Task,
+    Train, ValueHead, Warmup,
 };
 
 /// The items for one experiment: a unit struct named after it and its `::agentry::Experiment`
@@ -570,13 +570,20 @@ fn eval(e: &Eval) -> TokenStream {
     let every = option(&e.every, |v| uint(*v));
     let split = split(e.split);
     let episodes = size(e.episodes);
-    let greedy = e.greedy;
+    let decoding = variant(
+        "EvalDecoding",
+        match e.decoding {
+            EvalDecoding::Greedy => "Greedy",
+            EvalDecoding::Sampled => "Sampled",
+            EvalDecoding::Both => "Both",
+        },
+    );
     quote! {
         ::agentry::spec::Eval {
             every: #every,
             split: #split,
             episodes: #episodes,
-            greedy: #greedy,
+            decoding: #decoding,
         }
     }
 }

@@ -648,8 +648,55 @@ pub struct Eval {
     pub split: Split,
     /// Episodes per task, >= 1. Default 64.
     pub episodes: usize,
-    /// Greedy decoding (true, the default) or sampling at the training temperature.
-    pub greedy: bool,
+    /// How episodes are decoded: `greedy`, `sampled` (at the training sampling settings), or
+    /// `both` (the default): each is its own evaluation, greedy first.
+    pub decoding: EvalDecoding,
+}
+
+/// `eval.decoding`: which decodings an evaluation plays its episodes with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvalDecoding {
+    /// Greedy only: the most likely token at every position.
+    Greedy,
+    /// Sampled only, at the training `temperature`, `top_k` and `top_p`.
+    Sampled,
+    /// Greedy, then sampled, on the same instances (the default).
+    Both,
+}
+
+impl EvalDecoding {
+    /// The decodings to evaluate with, in order: greedy (the headline number) before sampled.
+    pub fn each(self) -> &'static [Decoding] {
+        match self {
+            EvalDecoding::Greedy => &[Decoding::Greedy],
+            EvalDecoding::Sampled => &[Decoding::Sampled],
+            EvalDecoding::Both => &[Decoding::Greedy, Decoding::Sampled],
+        }
+    }
+}
+
+/// One decoding of an evaluation.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Decoding {
+    /// The most likely token (deterministic); what evaluations before `decoding` existed used.
+    #[default]
+    Greedy,
+    /// Sampled at the training sampling settings.
+    Sampled,
+}
+
+impl Decoding {
+    /// The name used in the language, in `metrics.jsonl` and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Decoding::Greedy => "greedy",
+            Decoding::Sampled => "sampled",
+        }
+    }
 }
 
 /// Instance splits; train and test instances never overlap.

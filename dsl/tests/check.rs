@@ -4,8 +4,8 @@ mod common;
 
 use agentry_dsl::check;
 use agentry_dsl::spec::{
-    AdvantageNorm, Aggregation, AlgorithmKind, Arch, Credit, EnvRef, KlEstimator, KlPlacement,
-    Optimizer, Placement, PoolMode, Schedule, SftSource, Split,
+    AdvantageNorm, Aggregation, AlgorithmKind, Arch, Credit, EnvRef, EvalDecoding, KlEstimator,
+    KlPlacement, Optimizer, Placement, PoolMode, Schedule, SftSource, Split,
 };
 use common::{MINIMAL, MULTITASK, at, error, errors, text};
 
@@ -98,7 +98,7 @@ fn defaults_are_the_documented_ones() {
         (1.0, 1.0, 64)
     );
     assert_eq!(spec.eval.episodes, 64);
-    assert!(spec.eval.greedy);
+    assert_eq!(spec.eval.decoding, EvalDecoding::Both);
     assert_eq!(spec.sweep, None);
 }
 
@@ -679,7 +679,7 @@ fn ablated_experiment_must_check() {
 fn ablations_reach_nested_and_default_keys() {
     let source = with(
         "train {",
-        "sweep { seeds = [4], ablate model.arch.layers = 4, ablate train.optimizer.weight_decay = 0, ablate task.kg.weight = 2, ablate eval.greedy = false }\n    train {",
+        "sweep { seeds = [4], ablate model.arch.layers = 4, ablate train.optimizer.weight_decay = 0, ablate task.kg.weight = 2, ablate eval.decoding = sampled }\n    train {",
     );
     let source = source.replace("batch = 16", "batch = 16, optimizer = adamw");
     let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
@@ -696,7 +696,7 @@ fn ablations_reach_nested_and_default_keys() {
         }
     ));
     assert_eq!(ablations[2].experiment.tasks[0].weight, 2.0);
-    assert!(!ablations[3].experiment.eval.greedy);
+    assert_eq!(ablations[3].experiment.eval.decoding, EvalDecoding::Sampled);
 }
 
 #[test]
@@ -748,7 +748,7 @@ fn every_mistake_of_a_file_is_reported() {
     algorithm grpo { group_sise = 8, clip = 0.3 .. 0.2 }
     pool { engines = 1, stale = 1 }
     train { batch = 32 }
-    eval { greedy = yes }
+    eval { decoding = yes }
 }
 ";
     let messages: Vec<String> = errors(source).into_iter().map(|d| d.message).collect();
@@ -761,7 +761,7 @@ fn every_mistake_of_a_file_is_reported() {
             "`clip` low (0.3) is above high (0.2)",
             "`stale` (1) must be less than `engines` (1)",
             "missing `steps` in `train`",
-            "expected `true` or `false` for `greedy`, found the name `yes`",
+            "unknown value `yes` for `decoding`",
         ]
     );
 }
@@ -1116,4 +1116,47 @@ fn a_remote_task_is_generated_as_such() {
     );
     // Not a user type: no `user_task` arm constructs it.
     assert!(!code.contains("Default>::default"), "{code}");
+}
+
+#[test]
+fn eval_decoding_is_greedy_sampled_or_both() {
+    for (value, expected) in [
+        ("greedy", EvalDecoding::Greedy),
+        ("sampled", EvalDecoding::Sampled),
+        ("both", EvalDecoding::Both),
+    ] {
+        let source = MINIMAL.replacen(
+            "train {",
+            &format!("eval {{ decoding = {value} }}\n    train {{"),
+            1,
+        );
+        let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
+        assert_eq!(spec.eval.decoding, expected, "{value}");
+    }
+    assert_eq!(
+        EvalDecoding::Both
+            .each()
+            .iter()
+            .map(|d| d.name())
+            .collect::<Vec<_>>(),
+        ["greedy", "sampled"]
+    );
+    let d = error(&with("train {", "eval { decoding = sample }\n    train {"));
+    assert_eq!(d.message, "unknown value `sample` for `decoding`");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `sampled`?"));
+}
+
+#[test]
+fn the_retired_greedy_key_names_its_replacement() {
+    let source = with(
+        "train {",
+        "eval { episodes = 8, greedy = true }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "`greedy` is no longer a key of `eval`");
+    assert_eq!(text(&source, &d), "greedy");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some("`greedy` was replaced by `decoding = greedy | sampled | both`")
+    );
 }

@@ -214,6 +214,9 @@ struct Header {
     /// The tokenizer's own JSON ([`Tokenizer::to_json`]).
     tokenizer: String,
     after_warmup: Option<Evaluation>,
+    /// The sampled evaluation after the warm-up, with `eval.decoding = both` (absent: none).
+    #[serde(default)]
+    after_warmup_sampled: Option<Evaluation>,
     skipped_steps: u64,
     metrics_len: u64,
     /// `sft_from = successes`: the solved episodes held for the SFT term (absent: none).
@@ -253,8 +256,10 @@ pub struct Snapshot<'a, B: AutodiffBackend> {
     pub phase: Phase,
     /// The trainer's RNG.
     pub rng: &'a ChaCha8Rng,
-    /// The evaluation after the warm-up, once it ran.
+    /// The evaluation after the warm-up, once it ran (greedy, or the only decoding).
     pub after_warmup: Option<&'a Evaluation>,
+    /// The sampled evaluation after the warm-up, when it followed a greedy one.
+    pub after_warmup_sampled: Option<&'a Evaluation>,
     /// RL steps skipped so far.
     pub skipped_steps: u64,
     /// Bytes of `metrics.jsonl` written so far.
@@ -290,6 +295,7 @@ impl<B: AutodiffBackend> Snapshot<'_, B> {
             rng: RngState::of(self.rng),
             tokenizer: self.tokenizer.to_json().map_err(failed)?,
             after_warmup: self.after_warmup.cloned(),
+            after_warmup_sampled: self.after_warmup_sampled.cloned(),
             skipped_steps: self.skipped_steps,
             metrics_len: self.metrics_len,
             successes: self.successes.to_vec(),
@@ -628,6 +634,11 @@ impl Checkpoint {
     /// The evaluation after the warm-up, if it had run.
     pub fn after_warmup(&self) -> Option<&Evaluation> {
         self.header.after_warmup.as_ref()
+    }
+
+    /// The sampled evaluation after the warm-up, if it had run besides a greedy one.
+    pub fn after_warmup_sampled(&self) -> Option<&Evaluation> {
+        self.header.after_warmup_sampled.as_ref()
     }
 
     /// RL steps skipped before the checkpoint.

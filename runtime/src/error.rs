@@ -41,6 +41,9 @@ pub enum RunError {
     /// A checkpoint could not be written, or cannot be resumed from.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// The run's report could not be written.
+    #[error(transparent)]
+    Report(#[from] crate::report::ReportError),
     /// Training produced a non-finite loss.
     #[error("the loss became {value} at step {step}; lower the learning rate or enable grad_clip")]
     Diverged {

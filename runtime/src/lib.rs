@@ -8,8 +8,9 @@
 //! drawing tasks and turn budgets from the curriculum ([`curriculum`]), and evaluate on held-out
 //! instances. Everything a run records goes to `runs/<experiment>/<run-id>/` ([`metrics`]),
 //! including checkpoints a run resumes from exactly ([`checkpoint`]), the stability alarms
-//! raised along the way ([`monitor`]) and every evaluation episode, recorded ([`trajectory`])
-//! so that `agentry replay` can play it again and check it ([`replay`]).
+//! raised along the way ([`monitor`]), every evaluation episode, recorded ([`trajectory`])
+//! so that `agentry replay` can play it again and check it ([`replay`]), and a report with
+//! tables and learning curves read back from those files ([`report`]).
 //!
 //! The runtime is generic over the burn backend; [`device`] is the one place that names
 //! concrete backends. All randomness flows from the experiment's seed through explicit RNGs.
@@ -27,6 +28,7 @@ pub mod optim;
 pub mod pipeline;
 pub mod pool;
 pub mod replay;
+pub mod report;
 pub mod rollout;
 pub mod tasks;
 pub mod text;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::algo::std_dev;
 use crate::error::RunError;
 use crate::monitor::Alert;
+use crate::spec::Decoding;
 
 /// Success and return of one task over some episodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -73,8 +74,8 @@ pub fn wilson(successes: usize, n: usize) -> [f64; 2] {
     [(centre - half).max(0.0), (centre + half).min(1.0)]
 }
 
-/// One line of `metrics.jsonl`.
-#[derive(Clone, Debug, Serialize)]
+/// One line of `metrics.jsonl`; read back by [`crate::report`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "snake_case")]
 pub enum Record {
     /// A supervised warm-up step.
@@ -94,6 +95,9 @@ pub enum Record {
         step: u64,
         /// Which point of the run (`warmup`, `periodic`, `final`).
         label: String,
+        /// How the episodes were decoded (lines written before it existed were greedy).
+        #[serde(default)]
+        decoding: Decoding,
         /// Per task.
         tasks: BTreeMap<String, TaskStats>,
         /// Mean success over tasks.
@@ -103,8 +107,10 @@ pub enum Record {
     },
 }
 
-/// The metrics of one RL step.
-#[derive(Clone, Debug, Default, Serialize)]
+/// The metrics of one RL step. Fields a step may lack are absent from its line; reading a line
+/// back, any field it lacks (also one added after it was written) takes its default.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RlRecord {
     /// RL step, from 1.
     pub step: u64,
@@ -171,7 +177,10 @@ pub struct RlRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale_turns: Option<f64>,
     /// Cross-policy sampling: turns by how many versions their policy was behind the fresh one.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "versions_behind"
+    )]
     pub staleness: BTreeMap<u64, usize>,
     /// Cross-policy sampling: episodes dropped for a turn older than `max_staleness`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -206,6 +215,22 @@ pub struct RlRecord {
     pub rollout_idle: Option<f64>,
     /// Wall-clock seconds of the update.
     pub update_seconds: f64,
+}
+
+/// Reads `RlRecord::staleness` back. JSON writes its keys as strings (`{"0": 40}`), and inside
+/// the internally tagged [`Record`] serde buffers them as strings, which a `u64` key refuses.
+fn versions_behind<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<u64, usize>, D::Error> {
+    BTreeMap::<String, usize>::deserialize(deserializer)?
+        .into_iter()
+        .map(|(behind, turns)| {
+            behind
+                .parse()
+                .map(|behind| (behind, turns))
+                .map_err(|_| serde::de::Error::custom(format!("`{behind}` is not a version count")))
+        })
+        .collect()
 }
 
 /// `runs/<experiment>/<run-id>/` and its `metrics.jsonl`.
@@ -361,6 +386,39 @@ mod tests {
             (a[0] - b[0]).abs() < 1e-4 && (a[1] - b[1]).abs() < 1e-4,
             "{a:?} != {b:?}"
         );
+    }
+
+    #[test]
+    fn records_read_back_as_written() {
+        let rl = RlRecord {
+            step: 3,
+            staleness: BTreeMap::from([(0, 40), (2, 12)]),
+            alerts: vec![Alert::EchoTrap],
+            value_loss: Some(0.5),
+            ..RlRecord::default()
+        };
+        let records = [
+            Record::Rl(Box::new(rl)),
+            Record::Eval {
+                step: 3,
+                label: "final".into(),
+                decoding: Decoding::Sampled,
+                tasks: BTreeMap::from([("kg".into(), TaskStats::of([(true, 1.0, 2)]))]),
+                success: 1.0,
+                success_ci: wilson(1, 1),
+            },
+        ];
+        for record in records {
+            let line = serde_json::to_string(&record).unwrap();
+            let back: Record = serde_json::from_str(&line).unwrap();
+            assert_eq!(serde_json::to_string(&back).unwrap(), line);
+        }
+        // An evaluation written before `decoding` existed was greedy.
+        let old = r#"{"phase":"eval","step":0,"label":"warmup","tasks":{},"success":0.0,"success_ci":[0.0,1.0]}"#;
+        let Record::Eval { decoding, .. } = serde_json::from_str(old).unwrap() else {
+            panic!("an eval record")
+        };
+        assert_eq!(decoding, Decoding::Greedy);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
 use agentry_dsl::spec::{
-    self, AdvantageNorm, AlgorithmKind, Credit, Device, KlPlacement, SftSource, ValueHead,
+    self, AdvantageNorm, AlgorithmKind, Credit, Decoding, Device, KlPlacement, SftSource, ValueHead,
 };
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::{Split, TaskGenerator};
@@ -80,7 +80,7 @@ impl Default for RunOptions {
     }
 }
 
-/// Success per task on the evaluation split.
+/// Success per task on the evaluation split, with one decoding.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Evaluation {
     /// Per task.
@@ -92,17 +92,24 @@ pub struct Evaluation {
     pub success_ci: [f64; 2],
 }
 
-/// What a finished run reports.
+/// What a finished run reports (`summary.json`).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct RunSummary {
     /// The run directory.
     pub run_dir: PathBuf,
     /// The device the run used.
     pub device: String,
-    /// Evaluation after the supervised warm-up (before any RL), when there was a warm-up.
+    /// Evaluation after the supervised warm-up (before any RL), when there was a warm-up:
+    /// greedy, or sampled when `eval.decoding = sampled`.
     pub after_warmup: Option<Evaluation>,
-    /// Evaluation at the end of RL.
+    /// The sampled evaluation after the warm-up, when `eval.decoding = both`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_warmup_sampled: Option<Evaluation>,
+    /// Evaluation at the end of RL: greedy, or sampled when `eval.decoding = sampled`.
     pub after_rl: Evaluation,
+    /// The sampled evaluation at the end of RL, when `eval.decoding = both`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_rl_sampled: Option<Evaluation>,
     /// RL steps run.
     pub steps: u64,
     /// RL steps skipped because every advantage was zero.
@@ -253,7 +260,8 @@ struct Trainer<B: AutodiffBackend> {
     phase: Phase,
     /// The phase of the latest checkpoint written (or resumed from).
     saved: Option<Phase>,
-    after_warmup: Option<Evaluation>,
+    /// The evaluations after the warm-up, once it ran (see [`Evaluated`]).
+    after_warmup: Option<Evaluated>,
     skipped: u64,
     /// `sft_from = successes`: the latest solved training episodes, oldest first.
     successes: VecDeque<Transcript>,
@@ -369,7 +377,11 @@ impl<B: AutodiffBackend> Trainer<B> {
                 rng = checkpoint.rng();
                 phase = checkpoint.phase();
                 saved = Some(phase);
-                after_warmup = checkpoint.after_warmup().cloned();
+                after_warmup = checkpoint.after_warmup().cloned().map(|first| Evaluated {
+                    first,
+                    first_decoding: spec.eval.decoding.each()[0],
+                    sampled: checkpoint.after_warmup_sampled().cloned(),
+                });
                 skipped = checkpoint.skipped_steps();
                 successes = checkpoint.successes().iter().cloned().collect();
                 monitor = checkpoint.monitor().clone();
@@ -455,7 +467,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             out.println(format!(
                 "after SFT warm-up: {} success {}",
                 split_name(self.spec.eval.split),
-                describe(&evaluation)
+                evaluation.describe()
             ));
             self.after_warmup = Some(evaluation);
             self.phase = Phase::Rl { step: 0 };
@@ -486,7 +498,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         // runs that evaluation (it was cut, or was the final one of a shorter run).
         if done > 0 && done < steps && self.periodic_eval_due(done) {
             let evaluation = self.evaluate(done, "periodic")?;
-            out.println(format!("step {done}: success {}", describe(&evaluation)));
+            out.println(format!("step {done}: success {}", evaluation.describe()));
         }
         match self.spec.pool.mode {
             spec::PoolMode::Sync => {
@@ -507,18 +519,23 @@ impl<B: AutodiffBackend> Trainer<B> {
         out.println(format!(
             "after RL ({steps} steps): {} success {}",
             split_name(self.spec.eval.split),
-            describe(&after_rl)
+            after_rl.describe()
         ));
         self.save_weights("policy")?;
+        let after_warmup = self.after_warmup.clone();
         let summary = RunSummary {
             run_dir: self.run_dir.path().to_path_buf(),
             device: self.device_name.clone(),
-            after_warmup: self.after_warmup.clone(),
-            after_rl,
+            after_warmup_sampled: after_warmup.as_ref().and_then(|e| e.sampled.clone()),
+            after_warmup: after_warmup.map(|e| e.first),
+            after_rl_sampled: after_rl.sampled,
+            after_rl: after_rl.first,
             steps,
             skipped_steps: self.skipped,
         };
         self.run_dir.write_json("summary.json", &summary)?;
+        let report = crate::report::write(self.run_dir.path())?;
+        out.println(format!("report: {}", report.display()));
         out.println(format!("run directory: {}", summary.run_dir.display()));
         Ok(summary)
     }
@@ -559,7 +576,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         }
         if step < steps && self.periodic_eval_due(step) {
             let evaluation = self.evaluate(step, "periodic")?;
-            out.println(format!("step {step}: success {}", describe(&evaluation)));
+            out.println(format!("step {step}: success {}", evaluation.describe()));
         }
         Ok(())
     }
@@ -1280,8 +1297,11 @@ impl<B: AutodiffBackend> Trainer<B> {
             .collect()
     }
 
-    /// Success on `eval.episodes` fixed instances of each task.
-    fn evaluate(&mut self, step: u64, label: &str) -> Result<Evaluation, RunError> {
+    /// Success on `eval.episodes` fixed instances of each task, with each decoding
+    /// `eval.decoding` asks for: greedy first, then sampled at the training settings. Each
+    /// decoding writes its `Record::Eval` line and its samples file (`samples-LABEL.txt` for
+    /// greedy, `samples-LABEL-sampled.txt` for sampled).
+    fn evaluate(&mut self, step: u64, label: &str) -> Result<Evaluated, RunError> {
         let eval = self.spec.eval.clone();
         let mut specs = Vec::new();
         for (t, task) in self.spec.tasks.iter().enumerate() {
@@ -1297,44 +1317,66 @@ impl<B: AutodiffBackend> Trainer<B> {
                 });
             }
         }
-        // Evaluation draws from its own stream, so evaluating does not change training.
-        let mut rng = ChaCha8Rng::seed_from_u64(self.spec.seed ^ 0x5eed_e7a1);
-        let episodes = play(
-            &self.policy.valid(),
-            &self.chat,
-            &self.tasks,
-            &self.controller,
-            &specs,
-            &self.sampling(eval.greedy),
-            self.context,
-            &mut rng,
-        );
-        self.write_samples(label, &episodes)?;
-        let tasks = self.task_stats(&episodes);
-        let success = tasks.values().map(|s| s.success).sum::<f64>() / tasks.len().max(1) as f64;
-        let solved = episodes.iter().filter(|e| e.success).count();
-        let success_ci = wilson(solved, episodes.len());
-        self.run_dir.record(&Record::Eval {
-            step,
-            label: label.to_string(),
-            tasks: tasks.clone(),
-            success,
-            success_ci,
-        })?;
-        Ok(Evaluation {
-            tasks,
-            success,
-            success_ci,
-        })
+        let mut done = Vec::new();
+        for &decoding in eval.decoding.each() {
+            // Evaluation draws from its own stream, one per decoding, so evaluating (and
+            // whether it samples) does not change training; greedy keeps stream 0.
+            let mut rng = ChaCha8Rng::seed_from_u64(self.spec.seed ^ 0x5eed_e7a1);
+            let (greedy, samples) = match decoding {
+                Decoding::Greedy => (true, label.to_string()),
+                Decoding::Sampled => {
+                    rng.set_stream(1);
+                    (false, format!("{label}-sampled"))
+                }
+            };
+            let episodes = play(
+                &self.policy.valid(),
+                &self.chat,
+                &self.tasks,
+                &self.controller,
+                &specs,
+                &self.sampling(greedy),
+                self.context,
+                &mut rng,
+            );
+            self.write_samples(&samples, greedy, &episodes)?;
+            let tasks = self.task_stats(&episodes);
+            let success =
+                tasks.values().map(|s| s.success).sum::<f64>() / tasks.len().max(1) as f64;
+            let solved = episodes.iter().filter(|e| e.success).count();
+            let success_ci = wilson(solved, episodes.len());
+            self.run_dir.record(&Record::Eval {
+                step,
+                label: label.to_string(),
+                decoding,
+                tasks: tasks.clone(),
+                success,
+                success_ci,
+            })?;
+            done.push((
+                decoding,
+                Evaluation {
+                    tasks,
+                    success,
+                    success_ci,
+                },
+            ));
+        }
+        Ok(Evaluated::of(done))
     }
 
     /// Writes the first episodes of each task as readable transcripts, `samples-LABEL.txt`,
     /// and every episode as a replayable line of `episodes/` ([`crate::trajectory`]).
     ///
     /// Evaluation episodes are played by the policy as it stands: its version is the RL steps
-    /// done (0 for the warm-up's evaluation, whose weights RL starts from). A label ending in
-    /// `-sampled` marks an evaluation decoded by sampling; the others follow `eval.greedy`.
-    fn write_samples(&self, label: &str, episodes: &[Episode]) -> Result<(), RunError> {
+    /// done (0 for the warm-up's evaluation, whose weights RL starts from); `greedy` says how
+    /// they were decoded.
+    fn write_samples(
+        &self,
+        label: &str,
+        greedy: bool,
+        episodes: &[Episode],
+    ) -> Result<(), RunError> {
         let mut text = String::new();
         for (t, task) in self.spec.tasks.iter().enumerate() {
             for episode in episodes.iter().filter(|e| e.spec.task == t).take(4) {
@@ -1349,7 +1391,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             Phase::Rl { step } => step,
             Phase::Warmup { .. } => 0,
         };
-        let sampling = self.sampling(self.spec.eval.greedy && !label.ends_with("-sampled"));
+        let sampling = self.sampling(greedy);
         let mut lines = String::new();
         for episode in episodes {
             let task = &self.spec.tasks[episode.spec.task].name;
@@ -1404,7 +1446,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             critic: self.critic.as_ref().map(|c| (&c.net, &c.optimizer)),
             phase: self.phase,
             rng: &self.rng,
-            after_warmup: self.after_warmup.as_ref(),
+            after_warmup: self.after_warmup.as_ref().map(|e| &e.first),
+            after_warmup_sampled: self.after_warmup.as_ref().and_then(|e| e.sampled.as_ref()),
             skipped_steps: self.skipped,
             metrics_len: self.run_dir.metrics_len()?,
             successes: self.successes.as_slices().0,
@@ -1734,4 +1777,43 @@ fn describe(evaluation: &Evaluation) -> String {
         evaluation.success,
         per_task.join(", ")
     )
+}
+
+/// The evaluations of one point of a run: the first decoding `eval.decoding` asks for (greedy,
+/// the headline number, unless only sampled is asked) and, with `both`, the sampled one.
+#[derive(Clone, Debug)]
+struct Evaluated {
+    /// The first decoding's evaluation.
+    first: Evaluation,
+    /// Which decoding `first` is.
+    first_decoding: Decoding,
+    /// The sampled evaluation, when it followed a greedy one.
+    sampled: Option<Evaluation>,
+}
+
+impl Evaluated {
+    /// From the evaluations in the order they ran (at least one: `EvalDecoding::each` is never
+    /// empty).
+    fn of(done: Vec<(Decoding, Evaluation)>) -> Self {
+        let mut done = done.into_iter();
+        let (first_decoding, first) = done.next().expect("every eval.decoding has a decoding");
+        Evaluated {
+            first,
+            first_decoding,
+            sampled: done.next().map(|(_, e)| e),
+        }
+    }
+
+    /// The summary line: each decoding's success with its interval, greedy first.
+    fn describe(&self) -> String {
+        let mut line = format!("{} {}", describe(&self.first), self.first_decoding.name());
+        if let Some(sampled) = &self.sampled {
+            line.push_str(&format!(
+                ", {} {}",
+                describe(sampled),
+                Decoding::Sampled.name()
+            ));
+        }
+        line
+    }
 }

@@ -197,10 +197,10 @@ impl Trajectory {
 /// The file an evaluation's episodes go to, inside [`DIR`]: `LABEL.jsonl`, or for periodic
 /// evaluations `periodic-NNNNNN.jsonl` (by policy version, so each is kept).
 pub fn file_name(label: &str, version: u64) -> String {
-    if label == "periodic" {
-        format!("periodic-{version:06}.jsonl")
-    } else {
-        format!("{label}.jsonl")
+    match label.strip_prefix("periodic") {
+        // `periodic-sampled` at version 3: `periodic-000003-sampled.jsonl`.
+        Some(decoding) => format!("periodic-{version:06}{decoding}.jsonl"),
+        None => format!("{label}.jsonl"),
     }
 }
 

@@ -207,7 +207,8 @@ fn a_stopped_and_resumed_run_ends_as_the_straight_run() {
     assert_eq!(
         phases(&expected),
         [
-            "sft1", "sft2", "sft3", "eval0", "rl1", "rl2", "eval2", "rl3", "rl4", "eval4"
+            "sft1", "sft2", "sft3", "eval0", "eval0", "rl1", "rl2", "eval2", "eval2", "rl3", "rl4",
+            "eval4", "eval4"
         ]
     );
     let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
@@ -241,10 +242,15 @@ fn a_stopped_and_resumed_run_ends_as_the_straight_run() {
     same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
     assert_eq!(resumed.after_warmup, straight.after_warmup);
     assert_eq!(resumed.after_rl, straight.after_rl);
-    // The shorter run's final evaluation is kept aside, not lost.
+    // The sampled evaluations too (`decoding = both`, the default), the one after the warm-up
+    // restored from the checkpoint.
+    assert!(straight.after_warmup_sampled.is_some());
+    assert_eq!(resumed.after_warmup_sampled, straight.after_warmup_sampled);
+    assert_eq!(resumed.after_rl_sampled, straight.after_rl_sampled);
+    // The shorter run's final evaluations (greedy and sampled) are kept aside, not lost.
     let superseded =
         std::fs::read_to_string(first.run_dir.join("metrics-superseded.jsonl")).unwrap();
-    assert_eq!(superseded.lines().count(), 1);
+    assert_eq!(superseded.lines().count(), 2);
     assert!(superseded.contains(r#""label":"final""#), "{superseded}");
 }
 
@@ -355,8 +361,8 @@ fn a_run_resumes_from_a_warmup_checkpoint() {
     same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000002.ckpt");
     let superseded =
         std::fs::read_to_string(first.run_dir.join("metrics-superseded.jsonl")).unwrap();
-    // sft3, eval0, rl1, rl2 and the final evaluation were written again.
-    assert_eq!(superseded.lines().count(), 5, "{superseded}");
+    // sft3, eval0 (greedy and sampled), rl1, rl2 and the final evaluations were written again.
+    assert_eq!(superseded.lines().count(), 7, "{superseded}");
     // `--steps` may change on resume, but not to before the checkpoint.
     drop(_guard);
     let message = resume_error(&source, 1, &straight.run_dir);

@@ -353,7 +353,11 @@ experiment hf_tiny {{
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let phases: Vec<&str> = lines.iter().map(|l| l["phase"].as_str().unwrap()).collect();
-    assert_eq!(phases, ["sft", "sft", "eval", "rl", "rl", "eval"]);
+    // `eval.decoding = both` (the default): a greedy and a sampled evaluation at each point.
+    assert_eq!(
+        phases,
+        ["sft", "sft", "eval", "eval", "rl", "rl", "eval", "eval"]
+    );
     for line in lines.iter().filter(|l| l["phase"] == "sft") {
         let (loss, grad) = (
             line["loss"].as_f64().unwrap(),

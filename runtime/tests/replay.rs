@@ -21,7 +21,7 @@ experiment tiny_replay {
     task kg { env = kg, max_turns = 2, difficulty = 1 }
     algorithm grpo { group_size = 2 }
     train { steps = 2, batch = 4, lr = 1e-3, max_new_tokens = 8, checkpoint_every = 1 }
-    eval { every = 1, episodes = 3 }
+    eval { every = 1, episodes = 3, decoding = greedy }
 }
 "#;
 
@@ -34,7 +34,7 @@ experiment tiny_replay_sampled {
     task kg { env = kg, max_turns = 2, difficulty = 1 }
     algorithm grpo { group_size = 2 }
     train { steps = 1, batch = 4, lr = 1e-3, max_new_tokens = 8, top_k = 20, temperature = 0.9 }
-    eval { episodes = 3, greedy = false }
+    eval { episodes = 3, decoding = sampled }
 }
 "#;
 

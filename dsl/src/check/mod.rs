@@ -20,7 +20,7 @@ mod train;
 
 use crate::ast::{Block, ExperimentDecl, File, Ident, ItemKind};
 use crate::diagnostics::{Diagnostic, Diagnostics, one_of, suggest};
-use crate::spec::{Device, Eval, Experiment, Placement, Pool, PoolMode, Split};
+use crate::spec::{Device, Eval, EvalDecoding, Experiment, Placement, Pool, PoolMode, Split};
 
 /// The top-level keys of an experiment.
 const TOP_KEYS: &[&str] = &["seed", "device"];
@@ -384,6 +384,6 @@ fn default_eval() -> Eval {
         every: None,
         split: Split::Test,
         episodes: 64,
-        greedy: true,
+        decoding: EvalDecoding::Both,
     }
 }

@@ -104,6 +104,14 @@ impl<'a> Args<'a> {
     }
 }
 
+/// Keys the language had and replaced, `(block, key, hint)`: a file that still sets one is told
+/// what replaced it rather than only that the key is unknown.
+const RETIRED: &[(&str, &str, &str)] = &[(
+    "eval",
+    "greedy",
+    "`greedy` was replaced by `decoding = greedy | sampled | both`",
+)];
+
 impl Checker {
     /// Reads `block` as `key = value` items, reporting unknown keys (with a suggestion),
     /// duplicates, nested blocks and stray `ablate` items.
@@ -128,6 +136,20 @@ impl Checker {
     }
 
     pub(super) fn unknown_key(&mut self, key: &Ident, ctx: &str, keys: &[&str]) {
+        if let Some((_, _, hint)) = RETIRED
+            .iter()
+            .find(|(block, name, _)| *block == ctx && *name == key.name)
+        {
+            self.error(
+                Diagnostic::new(
+                    key.span,
+                    format!("`{}` is no longer a key of `{ctx}`", key.name),
+                    "retired key",
+                )
+                .with_hint(*hint),
+            );
+            return;
+        }
         let hint = suggest(&key.name, keys.iter().copied()).or_else(|| {
             (!keys.is_empty()).then(|| format!("the keys of `{ctx}` are {}", one_of(keys)))
         });

@@ -2,7 +2,7 @@
 
 use crate::ast::{Block, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
-use crate::spec::{Eval, Optimizer, Split, Train, Warmup};
+use crate::spec::{Eval, EvalDecoding, Optimizer, Split, Train, Warmup};
 
 use super::table::Interval;
 use super::{Checker, Section};
@@ -351,7 +351,7 @@ impl Checker {
         let table = self.table(
             section.body,
             "eval",
-            &["every", "split", "episodes", "greedy"],
+            &["every", "split", "episodes", "decoding"],
         );
         let every = match table.get("every") {
             Some(v) if Self::is_none(v) => Some(None),
@@ -366,15 +366,23 @@ impl Checker {
             Some(v) => self.size("episodes", v, 1),
             None => Some(64),
         };
-        let greedy = match table.get("greedy") {
-            Some(v) => self.boolean("greedy", v),
-            None => Some(true),
+        let decoding = match table.get("decoding") {
+            Some(v) => self.choice(
+                "decoding",
+                v,
+                &[
+                    ("greedy", EvalDecoding::Greedy),
+                    ("sampled", EvalDecoding::Sampled),
+                    ("both", EvalDecoding::Both),
+                ],
+            ),
+            None => Some(EvalDecoding::Both),
         };
         Some(Eval {
             every: every?,
             split: split?,
             episodes: episodes?,
-            greedy: greedy?,
+            decoding: decoding?,
         })
     }
 }
