@@ -1,4 +1,4 @@
-//! `agentry`: check, expand and run experiment files; deploy environments over HTTP
+//! `agentry`: check, expand and run experiment files (their sweeps), compare runs; deploy environments over HTTP
 //! (`controller`, `worker`).
 
 use std::net::{IpAddr, SocketAddr};
@@ -34,12 +34,27 @@ enum Command {
         /// The `.arl` file.
         file: PathBuf,
     },
-    /// Run an experiment file without compiling it (it must name no Rust types).
+    /// Run an experiment file without compiling it (it must name no Rust types): every
+    /// configuration and seed of its sweep, or those --config and --seed select.
     Run {
         /// The `.arl` file.
         file: PathBuf,
         #[command(flatten)]
         run: RunArgs,
+    },
+    /// Compare finished runs: mean success over seeds with its 95% interval, per task and
+    /// overall, one row per (experiment, configuration). Prints a markdown table.
+    Compare {
+        /// Run directories, or directories holding them (searched recursively), e.g.
+        /// `runs/NAME`.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        /// Which final evaluation to compare.
+        #[arg(long, value_enum, default_value_t = DecodingArg::Greedy)]
+        decoding: DecodingArg,
+        /// Also write the table to this file.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Run an AgentRL-compatible controller: workers register with it by heartbeat, trainers
     /// and evaluators start and play sessions through it (`/api/start_sample`, ...).
@@ -91,6 +106,13 @@ enum Command {
     },
 }
 
+/// `--decoding`.
+#[derive(Clone, Copy, ValueEnum)]
+enum DecodingArg {
+    Greedy,
+    Sampled,
+}
+
 /// `--split`.
 #[derive(Clone, Copy, ValueEnum)]
 enum SplitArg {
@@ -132,10 +154,32 @@ fn main() -> ExitCode {
             let result = read(&file).and_then(|source| {
                 let spec =
                     agentry::dsl::check(&source).map_err(|d| d.render(&display(&file), &source))?;
-                agentry::run(&Interpreted(spec), &run.options())
+                agentry::sweep::run(&Interpreted(spec), &run.options(), &run.selection())
                     .map(|_| ())
                     .map_err(|e| format!("error: {e}"))
             });
+            finish(result)
+        }
+        Command::Compare {
+            runs,
+            decoding,
+            out,
+        } => {
+            let decoding = match decoding {
+                DecodingArg::Greedy => agentry::compare::Decoding::Greedy,
+                DecodingArg::Sampled => agentry::compare::Decoding::Sampled,
+            };
+            let result = agentry::compare::compare(&runs, decoding)
+                .map_err(|e| format!("error: {e}"))
+                .and_then(|comparison| {
+                    let table = comparison.markdown();
+                    print!("{table}");
+                    match &out {
+                        Some(path) => std::fs::write(path, &table)
+                            .map_err(|e| format!("error: cannot write `{}`: {e}", display(path))),
+                        None => Ok(()),
+                    }
+                });
             finish(result)
         }
         Command::Controller { host, port } => {

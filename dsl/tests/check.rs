@@ -1163,14 +1163,14 @@ fn sweep_flags_are_booleans_given_once() {
 fn ablation_labels_are_file_names_and_unique() {
     let source = with(
         "train {",
-        "sweep { ablate algorithm.clip = 0.2 .. 0.28, ablate eval.greedy = false }\n    train {",
+        "sweep { ablate algorithm.clip = 0.2 .. 0.28, ablate train.lr = 1e-3 }\n    train {",
     );
     let sweep = check(&source).unwrap().sweep.unwrap();
     assert_eq!(
         sweep.ablations[0].label(),
         "ablate.algorithm.clip=0.2..0.28"
     );
-    assert_eq!(sweep.ablations[1].label(), "ablate.eval.greedy=false");
+    assert_eq!(sweep.ablations[1].label(), "ablate.train.lr=1e-3");
     let source = with(
         "train {",
         "sweep { ablate pool.cross_policy = 0, ablate pool.cross_policy = 0 }\n    train {",

@@ -15,6 +15,7 @@
 
 pub mod algo;
 pub mod checkpoint;
+pub mod compare;
 pub mod curriculum;
 pub mod device;
 pub mod error;
@@ -26,6 +27,7 @@ pub mod optim;
 pub mod pipeline;
 pub mod pool;
 pub mod rollout;
+pub mod sweep;
 pub mod tasks;
 pub mod text;
 pub mod train;
@@ -34,4 +36,4 @@ pub use agentry_dsl::spec;
 pub use agentry_env as env;
 pub use error::RunError;
 pub use experiment::{Experiment, Interpreted};
-pub use train::{RunOptions, RunSummary, run};
+pub use train::{RunOptions, RunSummary, run, run_configuration};
