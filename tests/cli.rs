@@ -232,8 +232,7 @@ fn evaluation(run: &std::path::Path, label: &str) -> (f64, f64) {
     let line = text
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["phase"] == "eval" && v["label"] == label)
-        .last()
+        .rfind(|v| v["phase"] == "eval" && v["label"] == label)
         .unwrap();
     (
         line["success"].as_f64().unwrap(),

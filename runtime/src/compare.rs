@@ -800,16 +800,16 @@ mod tests {
         ];
         for (name, line, expected) in cases {
             let dir = run(&root, name, "base", 1, &[line]);
-            let e = compare(&[dir.clone()], Decoding::Greedy)
+            let e = compare(std::slice::from_ref(&dir), Decoding::Greedy)
                 .unwrap_err()
                 .to_string();
             let file = dir.join("metrics.jsonl");
             assert!(e.contains(&format!("`{}`", file.display())), "{name}: {e}");
             assert!(e.contains(expected), "{name}: {e}");
         }
-        let dir = run(&root, "config", "base", 1, &[good.clone()]);
+        let dir = run(&root, "config", "base", 1, std::slice::from_ref(&good));
         std::fs::write(dir.join(RunConfig::FILE), "{\"experiment\":\"x\"}").unwrap();
-        let e = compare(&[dir.clone()], Decoding::Greedy)
+        let e = compare(std::slice::from_ref(&dir), Decoding::Greedy)
             .unwrap_err()
             .to_string();
         assert!(e.contains("config.json`: missing field"), "{e}");
@@ -827,7 +827,7 @@ mod tests {
         assert!(e.starts_with("no run under `"), "{e}");
 
         let twice = root.join("twice");
-        run(&twice, "a", "base", 1, &[good.clone()]);
+        run(&twice, "a", "base", 1, std::slice::from_ref(&good));
         run(&twice, "b", "base", 1, &[good]);
         let e = compare(&[twice], Decoding::Greedy).unwrap_err().to_string();
         assert!(
