@@ -1170,7 +1170,7 @@ fn ablation_labels_are_file_names_and_unique() {
         sweep.ablations[0].label(),
         "ablate.algorithm.clip=0.2..0.28"
     );
-    assert_eq!(sweep.ablations[1].label(), "ablate.train.lr=1e-3");
+    assert_eq!(sweep.ablations[1].label(), "ablate.train.lr=0.001");
     let source = with(
         "train {",
         "sweep { ablate pool.cross_policy = 0, ablate pool.cross_policy = 0 }\n    train {",
