@@ -422,3 +422,67 @@ fn compare_of_a_bad_run_names_the_file() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn resume_continues_one_configuration_of_a_sweep() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-sweep-resume");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("tiny_sweep.arl");
+    let source = SWEEP.replace(
+        "steps = 1, batch = 2,",
+        "steps = 2, checkpoint_every = 1, batch = 2,",
+    );
+    std::fs::write(&file, source).unwrap();
+    let (file, out_arg) = (file.to_str().unwrap(), root.join("runs"));
+    let out_arg = out_arg.to_str().unwrap();
+    let label = "ablate.algorithm.entropy=0.01";
+    let out = agentry(&[
+        "run", file, "--quiet", "--out", out_arg, "--config", label, "--seed", "2", "--steps", "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = run_dirs(&root.join("runs"));
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    // The whole sweep is selected, but the run directory's config.json names the one run.
+    let out = agentry(&[
+        "run",
+        file,
+        "--quiet",
+        "--resume",
+        runs[0].to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("resuming from"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("  {label} seed 2: {}", runs[0].display())),
+        "{stdout}"
+    );
+    assert_eq!(run_dirs(&root.join("runs")), runs, "no new run directory");
+    // A selection that leaves the run out is refused before any work.
+    let out = agentry(&[
+        "run",
+        file,
+        "--quiet",
+        "--config",
+        "base",
+        "--resume",
+        runs[0].to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "is configuration `{label}` seed 2, which --config/--seed leave out"
+        )),
+        "{stderr}"
+    );
+}
