@@ -48,6 +48,13 @@ pub struct RunArgs {
     /// file in it. The run continues in that directory from the step after the checkpoint.
     #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
+    /// Run only this configuration of the sweep (`base`, `ablate.PATH=VALUE`,
+    /// `specialist.TASK`); repeat for several. Default: all of them.
+    #[arg(long = "config", value_name = "LABEL")]
+    pub configs: Vec<String>,
+    /// Run only this seed of the sweep. Default: all of them.
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 impl RunArgs {
@@ -59,6 +66,14 @@ impl RunArgs {
             out: self.out.clone(),
             quiet: self.quiet,
             resume: self.resume.clone(),
+        }
+    }
+
+    /// The runs of the sweep to run.
+    pub fn selection(&self) -> sweep::Selection {
+        sweep::Selection {
+            configs: self.configs.clone(),
+            seed: self.seed,
         }
     }
 }
@@ -74,10 +89,12 @@ struct ExampleArgs {
     run: RunArgs,
 }
 
-/// Runs `experiment` with the options on the command line, printing progress and results.
+/// Runs `experiment`'s sweep (every configuration and seed, or those `--config` and `--seed`
+/// select) with the options on the command line, printing progress, where each run went and,
+/// for a file with a sweep, the comparison table.
 pub fn main(experiment: impl Experiment) -> Result<()> {
     let args = ExampleArgs::parse();
-    run(&experiment, &args.run.options())?;
+    sweep::run(&experiment, &args.run.options(), &args.run.selection())?;
     Ok(())
 }
 

@@ -1,5 +1,5 @@
-//! `agentry`: check, expand and run experiment files; report on a run; replay recorded
-//! episodes; deploy environments over HTTP (`controller`, `worker`).
+//! `agentry`: check, expand and run experiment files (their sweeps); compare runs; report
+//! on a run; replay recorded episodes; deploy environments over HTTP (`controller`, `worker`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -34,7 +34,8 @@ enum Command {
         /// The `.arl` file.
         file: PathBuf,
     },
-    /// Run an experiment file without compiling it (it must name no Rust types).
+    /// Run an experiment file without compiling it (it must name no Rust types): every
+    /// configuration and seed of its sweep, or those --config and --seed select.
     Run {
         /// The `.arl` file.
         file: PathBuf,
@@ -56,6 +57,20 @@ enum Command {
     Report {
         /// The run directory, runs/<experiment>/<run-id>.
         run_dir: PathBuf,
+    },
+    /// Compare finished runs: mean success over seeds with its 95% interval, per task and
+    /// overall, one row per (experiment, configuration). Prints a markdown table.
+    Compare {
+        /// Run directories, or directories holding them (searched recursively), e.g.
+        /// `runs/NAME`.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+        /// Which final evaluation to compare.
+        #[arg(long, value_enum, default_value_t = DecodingArg::Greedy)]
+        decoding: DecodingArg,
+        /// Also write the table to this file.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Run an AgentRL-compatible controller: workers register with it by heartbeat, trainers
     /// and evaluators start and play sessions through it (`/api/start_sample`, ...).
@@ -107,6 +122,13 @@ enum Command {
     },
 }
 
+/// `--decoding`.
+#[derive(Clone, Copy, ValueEnum)]
+enum DecodingArg {
+    Greedy,
+    Sampled,
+}
+
 /// `--split`.
 #[derive(Clone, Copy, ValueEnum)]
 enum SplitArg {
@@ -148,7 +170,7 @@ fn main() -> ExitCode {
             let result = read(&file).and_then(|source| {
                 let spec =
                     agentry::dsl::check(&source).map_err(|d| d.render(&display(&file), &source))?;
-                agentry::run(&Interpreted(spec), &run.options())
+                agentry::sweep::run(&Interpreted(spec), &run.options(), &run.selection())
                     .map(|_| ())
                     .map_err(|e| format!("error: {e}"))
             });
@@ -177,6 +199,28 @@ fn main() -> ExitCode {
                 .map(|path| println!("wrote {}", display(&path)))
                 .map_err(|e| format!("error: {e}")),
         ),
+        Command::Compare {
+            runs,
+            decoding,
+            out,
+        } => {
+            let decoding = match decoding {
+                DecodingArg::Greedy => agentry::compare::Decoding::Greedy,
+                DecodingArg::Sampled => agentry::compare::Decoding::Sampled,
+            };
+            let result = agentry::compare::compare(&runs, decoding)
+                .map_err(|e| format!("error: {e}"))
+                .and_then(|comparison| {
+                    let table = comparison.markdown();
+                    print!("{table}");
+                    match &out {
+                        Some(path) => std::fs::write(path, &table)
+                            .map_err(|e| format!("error: cannot write `{}`: {e}", display(path))),
+                        None => Ok(()),
+                    }
+                });
+            finish(result)
+        }
         Command::Controller { host, port } => {
             let config = agentry_serve::ControllerConfig::new(SocketAddr::new(host, port));
             match agentry_serve::controller::serve(config) {

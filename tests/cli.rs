@@ -360,3 +360,295 @@ fn report_regenerates_the_report_of_a_run_directory() {
     }
     assert!(!dir.join("plots/eval_success_sampled.png").exists());
 }
+
+/// A tiny experiment with a sweep: 2 seeds × (base + 1 ablation).
+const SWEEP: &str = r#"experiment tiny_sweep {
+    seed = 5
+    device = flex
+    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 } }
+    task kg { env = kg, max_turns = 2, difficulty = 1 }
+    algorithm grpo { group_size = 2 }
+    train {
+        steps = 1, batch = 2, lr = 1e-3, max_new_tokens = 8
+        warmup = sft { steps = 2, demonstrations = 4, batch = 2 }
+    }
+    eval { episodes = 3 }
+    sweep { seeds = [1, 2], ablate algorithm.entropy = 0.01 }
+}
+"#;
+
+/// The run directories under `dir` (those holding `metrics.jsonl`), sorted.
+fn run_dirs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.join("metrics.jsonl").is_file() {
+            found.push(path);
+        } else if path.is_dir() {
+            found.extend(run_dirs(&path));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The `(overall success, success per task)` of the last `label` evaluation of a run.
+fn evaluation(run: &std::path::Path, label: &str) -> (f64, f64) {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let line = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .rfind(|v| v["phase"] == "eval" && v["label"] == label)
+        .unwrap();
+    (
+        line["success"].as_f64().unwrap(),
+        line["tasks"]["kg"]["success"].as_f64().unwrap(),
+    )
+}
+
+/// `mean [lo, hi]` of two seeds' rates as the table prints it (t(1) = 12.706204736).
+fn two_seed_cell(a: f64, b: f64) -> String {
+    let mean = (a + b) / 2.0;
+    let sd = ((a - mean).powi(2) + (b - mean).powi(2)).sqrt();
+    let half = 12.706_204_736 * sd / 2f64.sqrt();
+    format!(
+        "{mean:.3} [{:.3}, {:.3}]",
+        (mean - half).max(0.0),
+        (mean + half).min(1.0)
+    )
+}
+
+#[test]
+fn run_expands_a_sweep_and_compare_tabulates_it() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-sweep");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("tiny_sweep.arl");
+    std::fs::write(&file, SWEEP).unwrap();
+    let out_dir = root.join("runs");
+    let (file, out_arg) = (file.to_str().unwrap(), out_dir.to_str().unwrap());
+
+    // Part of the sweep: an unknown configuration is refused before any work.
+    let out = agentry(&[
+        "run",
+        file,
+        "--quiet",
+        "--out",
+        out_arg,
+        "--config",
+        "ablate.x=1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "`tiny_sweep` has no configuration `ablate.x=1`; it has base, ablate.algorithm.entropy=0.01"
+        ),
+        "{stderr}"
+    );
+
+    let out = agentry(&["run", file, "--quiet", "--out", out_arg]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("not expanded"), "{stdout}");
+    assert!(
+        stdout.contains("run 4/4: configuration `ablate.algorithm.entropy=0.01`, seed 2"),
+        "{stdout}"
+    );
+    let runs = run_dirs(&out_dir.join("tiny_sweep"));
+    assert_eq!(runs.len(), 4, "{runs:?}");
+    let ablation_dir = out_dir
+        .join("tiny_sweep")
+        .join("ablate.algorithm.entropy=0.01");
+    let (ablated, base): (Vec<_>, Vec<_>) = runs.iter().partition(|r| r.starts_with(&ablation_dir));
+    assert_eq!((ablated.len(), base.len()), (2, 2));
+    for (i, run) in base.iter().chain(&ablated).enumerate() {
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap())
+                .unwrap();
+        let label = if i < 2 {
+            "base"
+        } else {
+            "ablate.algorithm.entropy=0.01"
+        };
+        let seed = 1 + (i as u64 % 2);
+        assert_eq!(config["config"], label);
+        assert_eq!(config["seed"], seed);
+        assert_eq!(config["experiment"], "tiny_sweep");
+        let name = run.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with(&format!("seed{seed}-")), "{name}");
+        let spec: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("experiment.json")).unwrap())
+                .unwrap();
+        assert_eq!(spec["seed"], seed);
+        assert!(
+            stdout.contains(&format!("  {label} seed {seed}: {}", run.display())),
+            "{stdout}"
+        );
+    }
+
+    // The table, with numbers recomputed from the runs' own metrics.
+    let out = agentry(&[
+        "compare",
+        out_dir.join("tiny_sweep").to_str().unwrap(),
+        "--out",
+        root.join("table.md").to_str().unwrap(),
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("table.md")).unwrap(),
+        table
+    );
+    assert!(
+        stdout.contains(table.as_ref()),
+        "the sweep prints the same table:\n{stdout}"
+    );
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[0], "| configuration | seeds | kg | overall |");
+    for (row, name, runs, label) in [
+        (2, "base", &base, "final"),
+        (3, "base (after warm-up)", &base, "warmup"),
+        (4, "ablate.algorithm.entropy=0.01", &ablated, "final"),
+        (
+            5,
+            "ablate.algorithm.entropy=0.01 (after warm-up)",
+            &ablated,
+            "warmup",
+        ),
+    ] {
+        let (a, b) = (evaluation(runs[0], label), evaluation(runs[1], label));
+        let expected = format!(
+            "| {name} | 2 | {} | {} |",
+            two_seed_cell(a.1, b.1),
+            two_seed_cell(a.0, b.0)
+        );
+        assert_eq!(lines[row], expected, "{table}");
+    }
+    assert!(table.contains("Student's t interval"), "{table}");
+
+    // One configuration and one seed of it.
+    let part = root.join("part");
+    let out = agentry(&[
+        "run",
+        file,
+        "--quiet",
+        "--out",
+        part.to_str().unwrap(),
+        "--config",
+        "ablate.algorithm.entropy=0.01",
+        "--seed",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = run_dirs(&part);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(runs[0].starts_with(part.join("tiny_sweep/ablate.algorithm.entropy=0.01")));
+    let out = agentry(&["compare", runs[0].to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("| ablate.algorithm.entropy=0.01 | 1* |"),
+        "{table}"
+    );
+    assert!(table.contains("Wilson"), "{table}");
+}
+
+#[test]
+fn compare_of_a_bad_run_names_the_file() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-compare-bad");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("metrics.jsonl"), "{\"phase\":\"eval\"\n").unwrap();
+    std::fs::write(
+        root.join("config.json"),
+        r#"{"experiment":"x","config":"base","seed":1}"#,
+    )
+    .unwrap();
+    let out = agentry(&["compare", root.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "error: `{}` line 1: not JSON",
+            root.join("metrics.jsonl").display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn resume_continues_one_configuration_of_a_sweep() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-sweep-resume");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("tiny_sweep.arl");
+    let source = SWEEP.replace(
+        "steps = 1, batch = 2,",
+        "steps = 2, checkpoint_every = 1, batch = 2,",
+    );
+    std::fs::write(&file, source).unwrap();
+    let (file, out_arg) = (file.to_str().unwrap(), root.join("runs"));
+    let out_arg = out_arg.to_str().unwrap();
+    let label = "ablate.algorithm.entropy=0.01";
+    let out = agentry(&[
+        "run", file, "--quiet", "--out", out_arg, "--config", label, "--seed", "2", "--steps", "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = run_dirs(&root.join("runs"));
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    // The whole sweep is selected, but the run directory's config.json names the one run.
+    let out = agentry(&[
+        "run",
+        file,
+        "--quiet",
+        "--resume",
+        runs[0].to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("resuming from"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("  {label} seed 2: {}", runs[0].display())),
+        "{stdout}"
+    );
+    assert_eq!(run_dirs(&root.join("runs")), runs, "no new run directory");
+    // A selection that leaves the run out is refused before any work.
+    let out = agentry(&[
+        "run",
+        file,
+        "--quiet",
+        "--config",
+        "base",
+        "--resume",
+        runs[0].to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "is configuration `{label}` seed 2, which --config/--seed leave out"
+        )),
+        "{stderr}"
+    );
+}

@@ -8,6 +8,11 @@ use agentry::env::{Environment, Split, Status, TaskGenerator};
 use agentry::{Experiment, RunOptions};
 
 agentry::experiment!("experiments/custom_env.arl");
+agentry::experiment!("tests/sweep_user_task.arl");
+
+/// burn seeds weight initialization through a per-backend global RNG, so runs in one process
+/// must not overlap; the test harness runs tests on several threads.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn the_generated_experiment_resolves_the_users_type() {
@@ -54,6 +59,7 @@ fn the_users_oracle_solves_every_instance_and_bad_calls_are_observations() {
 
 #[test]
 fn the_recipe_trains() {
+    let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("custom-env-runs");
     let options = RunOptions {
         out: out.clone(),
@@ -75,5 +81,51 @@ fn the_recipe_trains() {
         serde_json::from_str::<serde_json::Value>(&versions).unwrap(),
         serde_json::json!({"lights": "lights-1"})
     );
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn a_sweeps_specialist_runs_the_users_task() {
+    let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let spec = SweepUserTask.spec();
+    let sweep = spec
+        .sweep
+        .as_ref()
+        .expect("the sweep is in the generated spec");
+    assert!(!sweep.base);
+    let labels: Vec<String> = agentry::sweep::configurations(&spec)
+        .into_iter()
+        .map(|(label, _)| label)
+        .collect();
+    assert_eq!(labels, ["specialist.lights", "specialist.kg"]);
+
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sweep-user-task");
+    let _ = std::fs::remove_dir_all(&out);
+    let options = RunOptions {
+        out: out.clone(),
+        quiet: true,
+        ..RunOptions::default()
+    };
+    let selection = agentry::sweep::Selection {
+        configs: vec!["specialist.lights".into()],
+        seed: None,
+    };
+    let summary = agentry::sweep::run(&SweepUserTask, &options, &selection).unwrap();
+    assert_eq!(summary.runs.len(), 1);
+    let run = &summary.runs[0];
+    assert_eq!((run.config.as_str(), run.seed), ("specialist.lights", 4));
+    assert!(
+        run.summary
+            .run_dir
+            .starts_with(out.join("sweep_user_task/specialist.lights"))
+    );
+    let versions = std::fs::read_to_string(run.summary.run_dir.join("task_versions.json")).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&versions).unwrap(),
+        serde_json::json!({"lights": "lights-1"})
+    );
+    let table = summary.comparison.expect("a sweep prints its table");
+    assert_eq!(table.tasks, ["lights"]);
+    assert_eq!(table.rows[0].config, "specialist.lights");
     let _ = std::fs::remove_dir_all(out);
 }

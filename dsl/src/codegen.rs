@@ -601,10 +601,23 @@ fn sweep(s: &Sweep) -> TokenStream {
             }
         }
     }));
+    let specialists = vec(s.specialists.iter().map(|sp| {
+        let task = string(&sp.task);
+        let experiment = experiment(&sp.experiment);
+        quote! {
+            ::agentry::spec::Specialist {
+                task: #task,
+                experiment: ::std::boxed::Box::new(#experiment),
+            }
+        }
+    }));
+    let base = s.base;
     quote! {
         ::agentry::spec::Sweep {
             seeds: #seeds,
             ablations: #ablations,
+            specialists: #specialists,
+            base: #base,
         }
     }
 }

@@ -709,13 +709,37 @@ pub enum Split {
     Test,
 }
 
-/// `sweep { seeds = [...], ablate KEY.PATH = VALUE, ... }`.
+/// `sweep { seeds = [...], ablate KEY.PATH = VALUE, specialists = true, base = false }`.
+///
+/// The configurations it describes are the base experiment (unless `base` is false), one per
+/// ablation and one per specialist, in that order; each runs once per seed. Every
+/// configuration's label ([`Sweep::base_label`], [`Ablation::label`], [`Specialist::label`])
+/// is unique within the sweep and safe as a file name.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sweep {
     /// Seeds each configuration runs with; empty means the experiment's seed.
     pub seeds: Vec<u64>,
     /// Single-key changes, each a separate configuration besides the base one.
     pub ablations: Vec<Ablation>,
+    /// `specialists = true`: the experiment with each task alone, in declaration order; empty
+    /// when the key is absent or false.
+    #[serde(default)]
+    pub specialists: Vec<Specialist>,
+    /// `base = false` leaves the base configuration out (another recipe runs it). Default true;
+    /// when false, the sweep has at least one ablation or specialist.
+    #[serde(default = "default_true")]
+    pub base: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Sweep {
+    /// The label of the base configuration.
+    pub fn base_label() -> &'static str {
+        "base"
+    }
 }
 
 /// `ablate pool.cross_policy = 0`: the experiment with one key changed.
@@ -727,4 +751,42 @@ pub struct Ablation {
     pub value: String,
     /// The whole experiment with the change applied and re-checked.
     pub experiment: Box<Experiment>,
+}
+
+impl Ablation {
+    /// `ablate.PATH=VALUE`, e.g. `ablate.pool.cross_policy=0`: the configuration's label, a
+    /// directory name, so the value keeps only ASCII letters, digits and `.-+_` (spaces are
+    /// dropped, anything else becomes `_`: `0.2 .. 0.28` is `0.2..0.28`, `"a/b"` is `_a_b_`).
+    pub fn label(&self) -> String {
+        let value: String = self
+            .value
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || ".-+_".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("ablate.{}={value}", self.path)
+    }
+}
+
+/// `specialists = true`: the experiment with one task alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Specialist {
+    /// The task's name.
+    pub task: String,
+    /// The whole experiment with only that task (and curriculum stages narrowed to it),
+    /// re-checked.
+    pub experiment: Box<Experiment>,
+}
+
+impl Specialist {
+    /// `specialist.TASK`, e.g. `specialist.kg`.
+    pub fn label(&self) -> String {
+        format!("specialist.{}", self.task)
+    }
 }

@@ -1160,3 +1160,136 @@ fn the_retired_greedy_key_names_its_replacement() {
         Some("`greedy` was replaced by `decoding = greedy | sampled | both`")
     );
 }
+
+/// `MINIMAL` with a second task, a curriculum and `sweep` holding `items`.
+fn two_tasks(curriculum: &str, items: &str) -> String {
+    with(
+        "task kg { env = kg }",
+        &format!(
+            "task kg {{ env = kg }}\n    task os {{ env = os, max_turns = 6 }}\n    {curriculum}\n    sweep {{ {items} }}"
+        ),
+    )
+}
+
+#[test]
+fn specialists_are_single_task_experiments_with_narrowed_stages() {
+    let source = two_tasks(
+        "curriculum { stage a { until = 50, tasks = [kg, os] }, stage b { max_turns = 4 } }",
+        "seeds = [1, 2], specialists = true",
+    );
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
+    let sweep = spec.sweep.unwrap();
+    assert!(sweep.base);
+    let names: Vec<&str> = sweep.specialists.iter().map(|s| s.task.as_str()).collect();
+    assert_eq!(names, ["kg", "os"]);
+    let labels: Vec<String> = sweep.specialists.iter().map(|s| s.label()).collect();
+    assert_eq!(labels, ["specialist.kg", "specialist.os"]);
+    let os = &sweep.specialists[1].experiment;
+    assert_eq!(os.tasks.len(), 1);
+    assert_eq!(os.tasks[0].name, "os");
+    assert_eq!(os.tasks[0].max_turns, 6);
+    assert_eq!(os.curriculum[0].tasks, ["os"]);
+    assert!(os.curriculum[1].tasks.is_empty());
+    assert_eq!(os.sweep, None);
+    assert_eq!(os.seed, spec.seed);
+}
+
+#[test]
+fn specialists_false_and_base_true_change_nothing() {
+    let source = two_tasks("", "specialists = false, base = true");
+    let sweep = check(&source).unwrap().sweep.unwrap();
+    assert!(sweep.specialists.is_empty());
+    assert!(sweep.base);
+}
+
+#[test]
+fn a_specialist_whose_stage_lists_only_other_tasks_is_an_error() {
+    let source = two_tasks(
+        "curriculum { stage only_kg { until = 50, tasks = [kg] }, stage all { } }",
+        "specialists = true",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "specialist `os`: curriculum stage `only_kg` lists only other tasks, so with `os` \
+         alone it has nothing to train on"
+    );
+    assert_eq!(text(&source, &d), "specialists");
+    assert!(
+        d.hint
+            .unwrap()
+            .contains("add `os` to the `tasks` of stage `only_kg`")
+    );
+}
+
+#[test]
+fn a_specialist_that_does_not_check_is_reported_at_the_key() {
+    // With the in-process `kg` beside it, a remote task may come with a warm-up (kg's oracle
+    // gives the demonstrations); alone, it may not.
+    let source = two_tasks("", "specialists = true")
+        .replace(
+            "task os { env = os, max_turns = 6 }",
+            "task os { remote = \"http://c:5020/api\" }",
+        )
+        .replace("batch = 16 }", "batch = 16, warmup = sft { steps = 5 } }");
+    let d = error(&source);
+    assert!(d.message.starts_with("specialist `os`: "), "{}", d.message);
+    assert_eq!(text(&source, &d), "specialists");
+    assert_eq!(d.label, "the single-task experiment does not check");
+}
+
+#[test]
+fn base_false_needs_another_configuration() {
+    let source = with(
+        "train {",
+        "sweep { seeds = [1], base = false }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "`base = false` leaves the sweep with no configuration to run"
+    );
+    assert_eq!(text(&source, &d), "base");
+    let source = with(
+        "train {",
+        "sweep { base = false, ablate pool.cross_policy = 0 }\n    train {",
+    );
+    let sweep = check(&source).unwrap().sweep.unwrap();
+    assert!(!sweep.base);
+    assert_eq!(sweep.ablations[0].label(), "ablate.pool.cross_policy=0");
+}
+
+#[test]
+fn sweep_flags_are_booleans_given_once() {
+    let d = error(&with("train {", "sweep { specialists = yes }\n    train {"));
+    assert!(d.message.contains("specialists"), "{}", d.message);
+    let source = with("train {", "sweep { base = true, base = true }\n    train {");
+    let d = error(&source);
+    assert!(d.message.contains("base"), "{}", d.message);
+    let d = error(&with("train {", "sweep { specialist = true }\n    train {"));
+    assert_eq!(d.message, "unknown key `specialist` in `sweep`");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `specialists`?"));
+}
+
+#[test]
+fn ablation_labels_are_file_names_and_unique() {
+    let source = with(
+        "train {",
+        "sweep { ablate algorithm.clip = 0.2 .. 0.28, ablate train.lr = 1e-3 }\n    train {",
+    );
+    let sweep = check(&source).unwrap().sweep.unwrap();
+    assert_eq!(
+        sweep.ablations[0].label(),
+        "ablate.algorithm.clip=0.2..0.28"
+    );
+    assert_eq!(sweep.ablations[1].label(), "ablate.train.lr=0.001");
+    let source = with(
+        "train {",
+        "sweep { ablate pool.cross_policy = 0, ablate pool.cross_policy = 0 }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "the sweep already has the configuration `ablate.pool.cross_policy=0`"
+    );
+}

@@ -17,6 +17,7 @@
 
 pub mod algo;
 pub mod checkpoint;
+pub mod compare;
 pub mod curriculum;
 pub mod device;
 pub mod error;
@@ -30,6 +31,7 @@ pub mod pool;
 pub mod replay;
 pub mod report;
 pub mod rollout;
+pub mod sweep;
 pub mod tasks;
 pub mod text;
 pub mod train;
@@ -39,4 +41,4 @@ pub use agentry_dsl::spec;
 pub use agentry_env as env;
 pub use error::RunError;
 pub use experiment::{Experiment, Interpreted};
-pub use train::{RunOptions, RunSummary, run};
+pub use train::{RunOptions, RunSummary, run, run_configuration};

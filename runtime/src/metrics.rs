@@ -239,22 +239,48 @@ pub struct RunDir {
     metrics: BufWriter<File>,
 }
 
+/// `config.json` of a run directory: which configuration of its experiment's sweep the run is,
+/// so that `agentry compare` can group runs without guessing from paths.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// The experiment's name.
+    pub experiment: String,
+    /// The configuration's label: `base`, `ablate.PATH=VALUE` or `specialist.TASK`.
+    pub config: String,
+    /// The seed the run used.
+    pub seed: u64,
+}
+
+impl RunConfig {
+    /// The file name in a run directory.
+    pub const FILE: &str = "config.json";
+}
+
 impl RunDir {
-    /// Creates a fresh run directory under `root/<experiment>/`; the run id is the seed and the
-    /// start time, so runs never overwrite each other.
-    pub fn create(root: &Path, experiment: &str, seed: u64) -> Result<Self, RunError> {
+    /// Creates a fresh run directory for one configuration of an experiment and writes its
+    /// `config.json`. The run id is the seed and the start time, so runs never overwrite each
+    /// other: `root/<experiment>/seed<seed>-<ms>` for the base configuration (where a run of a
+    /// file without a sweep has always gone) and `root/<experiment>/<config>/seed<seed>-<ms>`
+    /// for the others.
+    pub fn create(root: &Path, config: &RunConfig) -> Result<Self, RunError> {
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or_default();
-        let path = root.join(experiment).join(format!("seed{seed}-{started}"));
+        let mut parent = root.join(&config.experiment);
+        if config.config != agentry_dsl::spec::Sweep::base_label() {
+            parent.push(&config.config);
+        }
+        let path = parent.join(format!("seed{}-{started}", config.seed));
         std::fs::create_dir_all(&path).map_err(RunError::io(&path))?;
         let metrics_path = path.join("metrics.jsonl");
         let metrics = File::create(&metrics_path).map_err(RunError::io(&metrics_path))?;
-        Ok(RunDir {
+        let run_dir = RunDir {
             path,
             metrics: BufWriter::new(metrics),
-        })
+        };
+        run_dir.write_json(RunConfig::FILE, config)?;
+        Ok(run_dir)
     }
 
     /// Reopens the run directory `path` to go on with a run (resuming from a checkpoint):

@@ -32,7 +32,7 @@ use crate::curriculum::Curriculum;
 use crate::device::{self, OnBackend};
 use crate::error::RunError;
 use crate::experiment::Experiment;
-use crate::metrics::{Progress, Record, RlRecord, RunDir, TaskStats, wilson};
+use crate::metrics::{Progress, Record, RlRecord, RunConfig, RunDir, TaskStats, wilson};
 use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
 use crate::monitor::Monitor;
@@ -121,7 +121,19 @@ pub struct RunSummary {
 /// The device is `options.device`, else the file's `device`, with `auto` resolved by
 /// [`device::resolve`].
 pub fn run(experiment: &dyn Experiment, options: &RunOptions) -> Result<RunSummary, RunError> {
-    let mut job = Job::new(experiment, options)?;
+    run_configuration(experiment, options, spec::Sweep::base_label())
+}
+
+/// Runs an experiment as configuration `config` of its sweep ([`crate::sweep`]): the same as
+/// [`run`], with the label recorded in the run directory (`config.json`) and, for any
+/// configuration but `base`, in its path. `experiment.spec()` is the configuration's own
+/// experiment, its seed set.
+pub fn run_configuration(
+    experiment: &dyn Experiment,
+    options: &RunOptions,
+    config: &str,
+) -> Result<RunSummary, RunError> {
+    let mut job = Job::new(experiment, options, config)?;
     let device = device::resolve(options.device.unwrap_or(job.spec.device));
     job.device_name = device::name(device).to_string();
     device::dispatch(device, job)?
@@ -134,7 +146,7 @@ pub fn run_on<B: AutodiffBackend>(
     options: &RunOptions,
     device: B::Device,
 ) -> Result<RunSummary, RunError> {
-    let mut job = Job::new(experiment, options)?;
+    let mut job = Job::new(experiment, options, spec::Sweep::base_label())?;
     job.device_name = format!("{device:?}");
     job.run::<B>(device)
 }
@@ -148,7 +160,7 @@ pub fn run_on_devices<B: AutodiffBackend>(
     trainer: B::Device,
     engines: Vec<B::Device>,
 ) -> Result<RunSummary, RunError> {
-    let mut job = Job::new(experiment, options)?;
+    let mut job = Job::new(experiment, options, spec::Sweep::base_label())?;
     if engines.is_empty() || job.spec.pool.mode != spec::PoolMode::Async {
         return Err(RunError::Unsupported(
             "engines on their own devices need `pool { mode = async }` and at least one device"
@@ -181,10 +193,16 @@ struct Job {
     resume: Option<Checkpoint>,
     options: RunOptions,
     device_name: String,
+    /// The sweep configuration's label (`base` outside a sweep), for a fresh run directory.
+    config: String,
 }
 
 impl Job {
-    fn new(experiment: &dyn Experiment, options: &RunOptions) -> Result<Self, RunError> {
+    fn new(
+        experiment: &dyn Experiment,
+        options: &RunOptions,
+        config: &str,
+    ) -> Result<Self, RunError> {
         let mut spec = experiment.spec();
         if let Some(steps) = options.steps {
             spec.train.steps = steps;
@@ -214,6 +232,7 @@ impl Job {
             resume,
             options: options.clone(),
             device_name: String::new(),
+            config: config.to_string(),
         })
     }
 }
@@ -286,6 +305,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             resume,
             options,
             device_name,
+            config,
         } = job;
         // A Hugging Face checkpoint brings its policy and tokenizer; otherwise both are built.
         let loaded = match &spec.model.arch {
@@ -365,7 +385,14 @@ impl<B: AutodiffBackend> Trainer<B> {
         let mut monitor = Monitor::default();
         let mut stale = None;
         let run_dir = match &resume {
-            None => RunDir::create(&options.out, &spec.name, spec.seed)?,
+            None => RunDir::create(
+                &options.out,
+                &RunConfig {
+                    experiment: spec.name.clone(),
+                    config,
+                    seed: spec.seed,
+                },
+            )?,
             Some(checkpoint) => {
                 policy = checkpoint.restore_policy(policy, &device)?;
                 optimizer = checkpoint.restore_optimizer(optimizer, &device)?;
@@ -451,15 +478,6 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.demos.len(),
             self.chat.tokenizer().vocab_size()
         ));
-        if let Some(sweep) = &self.spec.sweep {
-            out.println(format!(
-                "note: the sweep block ({} seeds, {} ablations) is checked but not expanded into \
-                 runs yet; this is the base configuration with seed {}",
-                sweep.seeds.len(),
-                sweep.ablations.len(),
-                self.spec.seed
-            ));
-        }
         let mut warmed_up = false;
         if let (Some(warmup), Phase::Warmup { step: done }) = (self.spec.train.warmup, self.phase) {
             self.warmup(&warmup, done)?;

@@ -66,7 +66,7 @@ impl Checker {
         self.errors.push(diagnostic);
     }
 
-    /// Checks one experiment; `with_sweep` is false when re-checking an ablation.
+    /// Checks one experiment; `with_sweep` is false when re-checking an ablation or a specialist.
     fn experiment(&mut self, decl: &ExperimentDecl, with_sweep: bool) -> Option<Experiment> {
         let mut keys: Vec<(&Ident, &crate::ast::Value)> = Vec::new();
         let mut sections: Vec<Section<'_>> = Vec::new();

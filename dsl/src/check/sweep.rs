@@ -1,12 +1,12 @@
-//! `sweep { seeds = [...], ablate key.path = value }`.
+//! `sweep { seeds = [...], ablate key.path = value, specialists = true, base = false }`.
 //!
-//! An ablation is applied to the syntax tree (the key is replaced, or added when the base
+//! An ablation (or a specialist: the experiment with one task alone) is applied to the syntax tree (the key is replaced, or added when the base
 //! leaves it at its default) and the changed experiment goes through the whole checker again,
 //! so an ablation can never produce an experiment that would not have checked as a file.
 
 use crate::ast::{Block, ExperimentDecl, Ident, Item, ItemKind, Span, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
-use crate::spec::{Ablation, Sweep};
+use crate::spec::{Ablation, Experiment, Specialist, Sweep};
 
 use super::{Checker, Section};
 
@@ -32,9 +32,11 @@ impl Checker {
     ) -> Option<Sweep> {
         let mut seeds = Vec::new();
         let mut seeds_ok = true;
-        let mut seeds_set = false;
-        let mut ablations = Vec::new();
+        let mut ablations: Vec<Ablation> = Vec::new();
         let mut ok = true;
+        // `specialists` and `base`: the value and the key (for errors about it), once each.
+        let mut flags: [Option<(bool, &Ident)>; 2] = [None, None];
+        let mut seeds_set = false;
         for item in &section.body.items {
             match &item.kind {
                 ItemKind::Assign { key, value } if key.name == "seeds" => {
@@ -49,13 +51,28 @@ impl Checker {
                         None => seeds_ok = false,
                     }
                 }
+                ItemKind::Assign { key, value }
+                    if key.name == "specialists" || key.name == "base" =>
+                {
+                    let slot = usize::from(key.name == "base");
+                    if flags[slot].is_some() {
+                        self.duplicate_key(key, "sweep");
+                        ok = false;
+                        continue;
+                    }
+                    match self.boolean(&key.name, value) {
+                        Some(b) => flags[slot] = Some((b, key)),
+                        None => ok = false,
+                    }
+                }
                 ItemKind::Assign { key, .. } => {
                     let hint = if key.name == "ablate" {
                         "write `ablate KEY.PATH = VALUE`, e.g. `ablate pool.cross_policy = 0`"
                             .into()
                     } else {
-                        suggest(&key.name, ["seeds"]).unwrap_or_else(|| {
-                            "a sweep holds `seeds = [...]` and `ablate KEY.PATH = VALUE` items"
+                        suggest(&key.name, ["seeds", "specialists", "base"]).unwrap_or_else(|| {
+                            "a sweep holds `seeds = [...]`, `specialists = true`, `base = false` \
+                             and `ablate KEY.PATH = VALUE` items"
                                 .into()
                         })
                     };
@@ -70,18 +87,61 @@ impl Checker {
                     ok = false;
                 }
                 ItemKind::Section { keyword, .. } => {
-                    self.unexpected_block(keyword, "sweep", &["seeds"]);
+                    self.unexpected_block(keyword, "sweep", &["seeds", "specialists", "base"]);
                     ok = false;
                 }
                 ItemKind::Ablate { path, value } => {
                     match self.ablation(decl, item, path, value, base_ok) {
-                        Some(a) => ablations.push(a),
+                        Some(a) => {
+                            if ablations.iter().any(|b| b.label() == a.label()) {
+                                self.error(
+                                    Diagnostic::new(
+                                        item.span,
+                                        format!(
+                                            "the sweep already has the configuration `{}`",
+                                            a.label()
+                                        ),
+                                        "the same ablation again",
+                                    )
+                                    .with_hint(
+                                        "each ablation is one configuration; remove this one",
+                                    ),
+                                );
+                                ok = false;
+                            }
+                            ablations.push(a);
+                        }
                         None => ok = false,
                     }
                 }
             }
         }
-        (ok && seeds_ok).then_some(Sweep { seeds, ablations })
+        let specialists = match flags[0] {
+            Some((true, key)) if base_ok => self.specialists(decl, key),
+            _ => Some(Vec::new()),
+        };
+        let base = flags[1].is_none_or(|(b, _)| b);
+        if let Some((false, key)) = flags[1] {
+            let others = ablations.len() + usize::from(matches!(flags[0], Some((true, _))));
+            if others == 0 && base_ok {
+                self.error(
+                    Diagnostic::new(
+                        key.span,
+                        "`base = false` leaves the sweep with no configuration to run",
+                        "the only configuration is left out",
+                    )
+                    .with_hint("add an `ablate KEY.PATH = VALUE` or `specialists = true`"),
+                );
+                ok = false;
+            }
+        }
+        let specialists = specialists?;
+        (ok && seeds_ok).then_some(Sweep {
+            seeds,
+            ablations,
+            specialists,
+            base,
+        })
     }
 
     fn seeds(&mut self, value: &Value) -> Option<Vec<u64>> {
@@ -128,31 +188,167 @@ impl Checker {
         if !base_ok {
             return None;
         }
+        let experiment = self.recheck(
+            &changed,
+            item.span,
+            &format!("with `ablate {path_text} = {value}`"),
+            "the ablated experiment does not check",
+        )?;
+        Some(Ablation {
+            path: path_text,
+            value: value.to_string(),
+            experiment: Box::new(experiment),
+        })
+    }
+
+    /// `specialists = true`: one experiment per task, with that task alone. Curriculum stages
+    /// that list tasks keep only this one; a stage that lists only other tasks would have
+    /// nothing to sample, which is an error (at the `specialists` key) rather than a silent
+    /// change of what the stage trains on.
+    fn specialists(&mut self, decl: &ExperimentDecl, key: &Ident) -> Option<Vec<Specialist>> {
+        let tasks: Vec<&Ident> = decl
+            .body
+            .items
+            .iter()
+            .filter_map(|item| match &item.kind {
+                ItemKind::Section {
+                    keyword,
+                    name: Some(name),
+                    ..
+                } if keyword.name == "task" => Some(name),
+                _ => None,
+            })
+            .collect();
+        let mut specialists = Vec::new();
+        let mut ok = true;
+        for task in tasks {
+            let changed = match alone(decl, &task.name) {
+                Ok(changed) => changed,
+                Err(stage) => {
+                    self.error(
+                        Diagnostic::new(
+                            key.span,
+                            format!(
+                                "specialist `{}`: curriculum stage `{stage}` lists only other \
+                                 tasks, so with `{}` alone it has nothing to train on",
+                                task.name, task.name
+                            ),
+                            "specialists are asked for here",
+                        )
+                        .with_hint(format!(
+                            "add `{}` to the `tasks` of stage `{stage}`, or write the \
+                             specialists as their own experiments",
+                            task.name
+                        )),
+                    );
+                    ok = false;
+                    continue;
+                }
+            };
+            match self.recheck(
+                &changed,
+                key.span,
+                &format!("specialist `{}`", task.name),
+                "the single-task experiment does not check",
+            ) {
+                Some(experiment) => specialists.push(Specialist {
+                    task: task.name.clone(),
+                    experiment: Box::new(experiment),
+                }),
+                None => ok = false,
+            }
+        }
+        ok.then_some(specialists)
+    }
+
+    /// Checks a changed experiment (its sweep removed) as a whole; its errors are reported
+    /// with `prefix`, at their own place when that lies inside `at`, else at `at`.
+    fn recheck(
+        &mut self,
+        changed: &ExperimentDecl,
+        at: Span,
+        prefix: &str,
+        label: &str,
+    ) -> Option<Experiment> {
         let mut inner = Checker::default();
-        let experiment = inner.experiment(&changed, false);
+        let experiment = inner.experiment(changed, false);
         if !inner.errors.is_empty() {
             for d in inner.errors {
-                let within = d.span.start >= item.span.start && d.span.end <= item.span.end;
-                let message = format!("with `ablate {path_text} = {value}`: {}", d.message);
+                let within = d.span.start >= at.start && d.span.end <= at.end;
+                let message = format!("{prefix}: {}", d.message);
                 self.error(if within {
                     Diagnostic { message, ..d }
                 } else {
                     Diagnostic {
-                        span: item.span,
+                        span: at,
                         message,
-                        label: "the ablated experiment does not check".into(),
+                        label: label.into(),
                         hint: d.hint,
                     }
                 });
             }
             return None;
         }
-        Some(Ablation {
-            path: path_text,
-            value: value.to_string(),
-            experiment: Box::new(experiment?),
-        })
+        experiment
     }
+}
+
+/// The experiment without its `sweep`, with `task` its only task: other `task` blocks are
+/// removed, and curriculum stages' `tasks = [...]` lists keep only `task`. `Err(stage)` names
+/// a stage whose list held only other tasks.
+fn alone(decl: &ExperimentDecl, task: &str) -> Result<ExperimentDecl, String> {
+    let mut changed = without_sweep(decl);
+    changed.body.items.retain(|item| match &item.kind {
+        ItemKind::Section {
+            keyword,
+            name: Some(name),
+            ..
+        } if keyword.name == "task" => name.name == task,
+        _ => true,
+    });
+    for item in &mut changed.body.items {
+        let ItemKind::Section { keyword, body, .. } = &mut item.kind else {
+            continue;
+        };
+        if keyword.name != "curriculum" {
+            continue;
+        }
+        for stage in &mut body.items {
+            let ItemKind::Section {
+                name,
+                body: stage_body,
+                ..
+            } = &mut stage.kind
+            else {
+                continue;
+            };
+            for key in &mut stage_body.items {
+                let ItemKind::Assign { key, value } = &mut key.kind else {
+                    continue;
+                };
+                let ValueKind::List(names) = &mut value.kind else {
+                    continue;
+                };
+                if key.name != "tasks" || names.is_empty() {
+                    continue;
+                }
+                names.retain(|n| matches!(&n.kind, ValueKind::Ident(n) if n == task));
+                if names.is_empty() {
+                    return Err(name.as_ref().map_or_else(String::new, |n| n.name.clone()));
+                }
+            }
+        }
+    }
+    Ok(changed)
+}
+
+/// The experiment without its `sweep` block: what an ablation or a specialist changes.
+fn without_sweep(decl: &ExperimentDecl) -> ExperimentDecl {
+    let mut changed = decl.clone();
+    changed.body.items.retain(
+        |item| !matches!(&item.kind, ItemKind::Section { keyword, .. } if keyword.name == "sweep"),
+    );
+    changed
 }
 
 /// The experiment with the ablation applied and its `sweep` removed.
@@ -161,10 +357,7 @@ fn apply(
     path: &[Ident],
     value: &Value,
 ) -> Result<ExperimentDecl, Diagnostic> {
-    let mut changed = decl.clone();
-    changed.body.items.retain(
-        |item| !matches!(&item.kind, ItemKind::Section { keyword, .. } if keyword.name == "sweep"),
-    );
+    let mut changed = without_sweep(decl);
     let Some((root, rest)) = path.split_first() else {
         return Err(Diagnostic::new(value.span, "empty ablation path", "no key"));
     };
