@@ -171,7 +171,7 @@ fn a_periodic_episode_replays_with_the_checkpoint_of_its_step() {
 
 #[test]
 fn a_sampled_episode_passes_the_environment_and_the_rescoring() {
-    let file = sampled_run().join("episodes/final.jsonl");
+    let file = sampled_run().join("episodes/final-sampled.jsonl");
     let line = played_line(&file);
     assert!(!lines(&file)[line - 1].decoding.greedy);
     let replay = replayed(&file, line);
