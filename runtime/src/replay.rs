@@ -700,7 +700,7 @@ impl PolicyChecks<'_> {
         policy: &Policy<B>,
         turns: &[usize],
     ) -> (String, Option<String>) {
-        let base = Sampling::from(&self.recorded.decoding);
+        let base = self.recorded.decoding.clone();
         let context = self.recorded.context;
         // Greedy decoding draws nothing; the RNG is there for the signature's sake.
         let mut rng = ChaCha8Rng::seed_from_u64(self.spec.seed);

@@ -41,7 +41,7 @@ pub struct Trajectory {
     /// The evaluation that played it (`warmup`, `periodic`, `final`, ...).
     pub evaluation: String,
     /// How replies were decoded.
-    pub decoding: Decoding,
+    pub decoding: Sampling,
     /// The version of the policy (RL updates applied) that generated each turn.
     pub policy_versions: Vec<u64>,
     /// Every agent turn, in order.
@@ -69,65 +69,6 @@ pub struct Turn {
     pub reward: f32,
     /// The step's status.
     pub status: Status,
-}
-
-/// The decoding settings of an evaluation, as [`Sampling`] holds them (stops as token ids).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Decoding {
-    /// Greedy decoding, or sampling with the settings below.
-    pub greedy: bool,
-    /// Softmax temperature (greedy records temperature-1 log-probabilities).
-    pub temperature: f32,
-    /// Nucleus mass.
-    pub top_p: f32,
-    /// Top-k cut, if any.
-    pub top_k: Option<usize>,
-    /// Most tokens per reply (a turn may have had fewer: the batch's longest prompt bounds it).
-    pub max_new_tokens: usize,
-    /// Stop tokens.
-    pub stop: Vec<u32>,
-    /// Stop sequences.
-    pub stop_sequences: Vec<Vec<u32>>,
-}
-
-impl From<&Sampling> for Decoding {
-    fn from(s: &Sampling) -> Self {
-        Decoding {
-            greedy: s.greedy,
-            temperature: s.temperature,
-            top_p: s.top_p,
-            top_k: s.top_k,
-            max_new_tokens: s.max_new_tokens,
-            stop: s.stop.clone(),
-            stop_sequences: s.stop_sequences.clone(),
-        }
-    }
-}
-
-impl From<&Decoding> for Sampling {
-    fn from(d: &Decoding) -> Self {
-        Sampling {
-            temperature: d.temperature,
-            top_p: d.top_p,
-            top_k: d.top_k,
-            max_new_tokens: d.max_new_tokens,
-            stop: d.stop.clone(),
-            stop_sequences: d.stop_sequences.clone(),
-            greedy: d.greedy,
-        }
-    }
-}
-
-impl Decoding {
-    /// The temperature the recorded log-probabilities are under (greedy records
-    /// temperature 1, see [`crate::model::Generation::logprobs`]).
-    pub fn scoring_temperature(&self) -> f64 {
-        if self.greedy {
-            1.0
-        } else {
-            f64::from(self.temperature)
-        }
-    }
 }
 
 /// Where the episode came from, beyond the episode itself.
@@ -184,7 +125,7 @@ impl Trajectory {
             max_turns: episode.spec.max_turns,
             context: origin.context,
             evaluation: origin.evaluation.to_string(),
-            decoding: Decoding::from(origin.sampling),
+            decoding: origin.sampling.clone(),
             policy_versions: vec![origin.version; turns.len()],
             turns,
             reward: episode.reward,

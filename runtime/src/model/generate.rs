@@ -20,7 +20,7 @@ use super::transformer::{LayerCache, Policy, Positions};
 /// The filters apply in the usual order (Hugging Face's and vLLM's): temperature, then top-k,
 /// then top-p over what top-k kept. They only decide which tokens may be drawn; the recorded
 /// log-probability is always the tempered, untruncated one (see [`Generation::logprobs`]).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sampling {
     /// Softmax temperature (> 0); ignored when `greedy`.
     pub temperature: f32,
@@ -53,6 +53,18 @@ impl Default for Sampling {
             stop: Vec::new(),
             stop_sequences: Vec::new(),
             greedy: false,
+        }
+    }
+}
+
+impl Sampling {
+    /// The temperature the recorded log-probabilities are under (greedy records
+    /// temperature 1, see [`Generation::logprobs`]).
+    pub fn scoring_temperature(&self) -> f64 {
+        if self.greedy {
+            1.0
+        } else {
+            f64::from(self.temperature)
         }
     }
 }
