@@ -2,8 +2,10 @@
 //! straight ends (flex is bit-deterministic), and a truncated, corrupt or foreign checkpoint is
 //! an error that says so, never a panic.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall, ToolSchema};
 use agentry_runtime::checkpoint::{Checkpoint, CheckpointError, FORMAT_VERSION};
@@ -16,6 +18,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::Tensor;
+use common::serial;
 use rand::Rng;
 
 /// A tiny run with every kind of state: a warm-up (SFT phase), a KL reference, an SFT term,
@@ -40,23 +43,8 @@ experiment tiny_resume {
 }
 "#;
 
-/// burn seeds weight initialization through a per-backend global RNG, so runs in one process
-/// must not overlap.
-static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    ONE_RUN_AT_A_TIME
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-}
-
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("checkpoint-resume")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch_in("checkpoint-resume", name)
 }
 
 fn experiment(source: &str) -> Interpreted {

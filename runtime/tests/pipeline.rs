@@ -2,28 +2,16 @@
 //! `max_staleness` versions, the pipeline's metrics are recorded, and a run checkpoints and
 //! resumes.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use agentry_runtime::{Interpreted, RunOptions, RunSummary};
 use burn::backend::{Autodiff, Flex};
-
-/// Runs in one process must not overlap (burn seeds initialization through a global RNG).
-static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    ONE_RUN_AT_A_TIME
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-}
+use common::serial;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("pipeline")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch_in("pipeline", name)
 }
 
 fn experiment(pool: &str, name: &str) -> String {

@@ -2,7 +2,7 @@
 //! clipped value loss fit a fixed batch (the shared trunk with the policy loss beside it, and
 //! a separate critic on its own).
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+mod common;
 
 use agentry_runtime::algo::loss::{PolicyLossConfig, scalar};
 use agentry_runtime::algo::{PolicyLossInput, policy_loss, value_loss};
@@ -13,16 +13,9 @@ use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
+use common::serial;
 
 type AD = Autodiff<Flex>;
-
-/// burn seeds weight initialization through one global RNG per backend, so tests that build
-/// policies (seeded or not) must not interleave, or the seeded ones get other weights.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 fn config() -> PolicyConfig {
     PolicyConfig {

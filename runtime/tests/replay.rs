@@ -3,13 +3,16 @@
 //! log-probabilities, greedy regeneration); a tampered record fails with the first difference;
 //! bad input is an error, never a panic.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use agentry_runtime::replay::{Replay, ReplayError, replay};
 use agentry_runtime::trajectory::Trajectory;
 use agentry_runtime::{Interpreted, RunOptions};
 use burn::backend::{Autodiff, Flex};
+use common::serial;
 
 /// A tiny run: greedy evaluations after steps 1 (periodic, with a checkpoint of that step) and
 /// 2 (final). The context is wide enough for a KG instruction and two turns.
@@ -38,23 +41,12 @@ experiment tiny_replay_sampled {
 }
 "#;
 
-/// burn seeds weight initialization through a per-backend global RNG, so runs in one process
-/// must not overlap.
-static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("replay")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch_in("replay", name)
 }
 
 fn run(source: &str, name: &str) -> PathBuf {
-    let _serial = ONE_RUN_AT_A_TIME
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let _serial = serial();
     let experiment = Interpreted(agentry_dsl::check(source).expect("the test experiment checks"));
     let options = RunOptions {
         out: scratch(name),

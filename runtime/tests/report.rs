@@ -3,12 +3,14 @@
 //! PNG and SVG plots; the report is regenerated identically from the directory alone; sampling
 //! in evaluation leaves training bit-identical; a directory that is not a run is a clear error.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use agentry_runtime::report::{self, ReportError};
 use agentry_runtime::{Interpreted, RunOptions, RunSummary};
 use burn::backend::{Autodiff, Flex};
+use common::serial;
 
 /// A warm-up (so there is an after-warm-up evaluation), two RL steps, an evaluation every step,
 /// and the default `decoding = both`. The KL penalty on the reward makes returns differ, so the
@@ -28,23 +30,8 @@ experiment tiny_report {
 }
 "#;
 
-/// burn seeds weight initialization through a per-backend global RNG, so runs in one process
-/// must not overlap.
-static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    ONE_RUN_AT_A_TIME
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-}
-
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("report")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch_in("report", name)
 }
 
 fn run(source: &str, out: &Path) -> RunSummary {
