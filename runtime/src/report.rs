@@ -741,6 +741,7 @@ impl Chart {
         chart
             .configure_mesh()
             .x_desc("RL step")
+            .x_label_formatter(&|x| format!("{x:.0}"))
             .y_desc(self.y_label)
             .label_style(("sans-serif", 13))
             .draw()
