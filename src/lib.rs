@@ -66,6 +66,7 @@ impl RunArgs {
             out: self.out.clone(),
             quiet: self.quiet,
             resume: self.resume.clone(),
+            shared_warmups: None,
         }
     }
 

@@ -34,11 +34,14 @@ enum Command {
         /// The `.arl` file.
         file: PathBuf,
     },
-    /// Run an experiment file without compiling it (it must name no Rust types): every
-    /// configuration and seed of its sweep, or those --config and --seed select.
+    /// Run experiment files without compiling them (they must name no Rust types): every
+    /// configuration and seed of each file's sweep, or those --config and --seed select. Every
+    /// file is checked before any runs; runs whose warm-ups would be identical, in one file or
+    /// across them, train it once.
     Run {
-        /// The `.arl` file.
-        file: PathBuf,
+        /// The `.arl` files, run in order.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -166,16 +169,7 @@ fn main() -> ExitCode {
             });
             finish(result.map(|code| print!("{code}")))
         }
-        Command::Run { file, run } => {
-            let result = read(&file).and_then(|source| {
-                let spec =
-                    agentry::dsl::check(&source).map_err(|d| d.render(&display(&file), &source))?;
-                agentry::sweep::run(&Interpreted(spec), &run.options(), &run.selection())
-                    .map(|_| ())
-                    .map_err(|e| format!("error: {e}"))
-            });
-            finish(result)
-        }
+        Command::Run { files, run } => finish(run_files(&files, &run)),
         Command::Replay { trajectory, device } => {
             match agentry::replay::replay(&trajectory, device) {
                 Ok(replay) => {
@@ -277,6 +271,32 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Checks every file, then runs their sweeps in order, sharing warm-ups across them.
+fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
+    if files.len() > 1 && run.resume.is_some() {
+        return Err("error: --resume continues one run: give only the file it belongs to".into());
+    }
+    let specs = files
+        .iter()
+        .map(|file| {
+            read(file).and_then(|source| {
+                agentry::dsl::check(&source).map_err(|d| d.render(&display(file), &source))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut options = run.options();
+    if files.len() > 1 {
+        let warmups = agentry::shared_warmup::SharedWarmups::new(&options.out)
+            .map_err(|e| format!("error: {e}"))?;
+        options.shared_warmups = Some(std::sync::Arc::new(warmups));
+    }
+    for spec in specs {
+        agentry::sweep::run(&Interpreted(spec), &options, &run.selection())
+            .map_err(|e| format!("error: {e}"))?;
+    }
+    Ok(())
 }
 
 fn parse_device(name: &str) -> Result<agentry::spec::Device, String> {

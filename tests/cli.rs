@@ -652,3 +652,84 @@ fn resume_continues_one_configuration_of_a_sweep() {
         "{stderr}"
     );
 }
+
+/// Two experiments that differ only in what RL reads (`name` and `algorithm.entropy`).
+fn twin(name: &str, entropy: f64) -> String {
+    format!(
+        r#"experiment {name} {{
+    seed = 5
+    device = flex
+    model policy {{ arch = transformer {{ layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 }} }}
+    task kg {{ env = kg, max_turns = 2, difficulty = 1 }}
+    algorithm grpo {{ group_size = 2, entropy = {entropy} }}
+    train {{
+        steps = 1, batch = 2, lr = 1e-3, max_new_tokens = 8
+        warmup = sft {{ steps = 2, demonstrations = 4, batch = 2 }}
+    }}
+    eval {{ episodes = 2 }}
+}}
+"#
+    )
+}
+
+#[test]
+fn run_of_several_files_checks_them_all_first_and_shares_their_warmups() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-several");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let (one, two, bad) = (
+        root.join("one.arl"),
+        root.join("two.arl"),
+        root.join("bad.arl"),
+    );
+    std::fs::write(&one, twin("one", 0.0)).unwrap();
+    std::fs::write(&two, twin("two", 0.01)).unwrap();
+    std::fs::write(&bad, "experiment bad {").unwrap();
+    let out_dir = root.join("runs");
+    let [one, two, bad, out_arg] = [&one, &two, &bad, &out_dir].map(|p| p.to_str().unwrap());
+
+    // A bad last file stops the command before the first file runs.
+    let out = agentry(&["run", one, two, bad, "--quiet", "--out", out_arg]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.arl:1:"), "{stderr}");
+    assert!(!out_dir.exists(), "nothing ran");
+
+    let out = agentry(&["run", one, two, "--resume", out_arg, "--quiet"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--resume continues one run: give only the file it belongs to")
+    );
+
+    let out = agentry(&["run", one, two, "--quiet", "--out", out_arg]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let [first, second] = [
+        run_dirs(&out_dir.join("one")),
+        run_dirs(&out_dir.join("two")),
+    ]
+    .map(|mut runs| runs.pop().expect("one run each"));
+    let summary = |run: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
+    };
+    assert!(summary(&first).get("warmup_from").is_none());
+    assert_eq!(summary(&second)["warmup_from"], first.to_str().unwrap());
+    assert_eq!(
+        evaluation(&second, "warmup"),
+        evaluation(&first, "warmup"),
+        "the second file's warm-up is the first's"
+    );
+    assert!(stdout.contains("(the warm-up of "), "{stdout}");
+    // The shared warm-ups lived as long as the command.
+    let mut left: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["one", "two"]);
+}

@@ -31,6 +31,7 @@ pub mod pool;
 pub mod replay;
 pub mod report;
 pub mod rollout;
+pub mod shared_warmup;
 pub mod sweep;
 pub mod tasks;
 pub mod text;

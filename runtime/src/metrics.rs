@@ -355,6 +355,16 @@ impl RunDir {
             .map_err(RunError::io(path))
     }
 
+    /// Appends lines another run recorded (a shared warm-up's, [`crate::shared_warmup`]) as
+    /// they are, and flushes them.
+    pub fn append_recorded(&mut self, lines: &[u8]) -> Result<(), RunError> {
+        let path = self.path.join("metrics.jsonl");
+        self.metrics
+            .write_all(lines)
+            .and_then(|()| self.metrics.flush())
+            .map_err(RunError::io(path))
+    }
+
     /// Writes `name` in the run directory as pretty JSON.
     pub fn write_json(&self, name: &str, value: &impl Serialize) -> Result<(), RunError> {
         let path = self.path.join(name);

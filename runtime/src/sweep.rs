@@ -5,9 +5,11 @@
 //! module only lays them out ([`plan`]), narrows them to what the user asked for ([`select`]),
 //! and runs them ([`run`]), each in its own run directory labelled with its configuration
 //! ([`crate::metrics::RunDir::create`]). Runs go in sequence: each already uses the machine's
-//! cores for its rollouts.
+//! cores for its rollouts. Runs whose warm-ups would be the same computation train it once
+//! ([`crate::shared_warmup`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use agentry_dsl::spec::{self, Sweep};
 use agentry_env::TaskGenerator;
@@ -16,6 +18,7 @@ use crate::compare::{self, CompareError, Comparison, Decoding};
 use crate::error::RunError;
 use crate::experiment::Experiment;
 use crate::metrics::RunConfig;
+use crate::shared_warmup::SharedWarmups;
 use crate::train::{RunOptions, RunSummary, run_configuration};
 
 /// Why a sweep could not run, or stopped.
@@ -274,6 +277,18 @@ pub fn run(
         runs = resumed(resume, runs)?;
     }
     let total = runs.len();
+    // Runs that differ only after the warm-up train it once (unless the caller already
+    // shares warm-ups across more than this sweep).
+    let mut options = options.clone();
+    if total > 1 && options.shared_warmups.is_none() {
+        let warmups = SharedWarmups::new(&options.out).map_err(|source| SweepError::Run {
+            config: runs[0].config.clone(),
+            seed: runs[0].seed,
+            source,
+        })?;
+        options.shared_warmups = Some(Arc::new(warmups));
+    }
+    let options = &options;
     let mut done = Vec::new();
     for (i, planned) in runs.into_iter().enumerate() {
         if total > 1 {

@@ -43,6 +43,7 @@ use crate::rollout::{
     Episode, EpisodeSpec, Fork, ForkPlan, continue_forks, demonstration, oracle_text, play,
     play_in_pool,
 };
+use crate::shared_warmup::{self, SharedWarmups};
 use crate::text::{ChatFormat, Tokenizer, Transcript};
 use crate::trajectory::{self, Origin, render};
 
@@ -66,6 +67,9 @@ pub struct RunOptions {
     /// Resume from this run directory's latest checkpoint, or from this checkpoint file: the
     /// run goes on in its own directory, from the step after the checkpoint.
     pub resume: Option<PathBuf>,
+    /// Warm-ups to share with the other runs of this invocation ([`crate::shared_warmup`]):
+    /// a run whose warm-up is kept there starts from it, and a run that trains one keeps it.
+    pub shared_warmups: Option<Arc<SharedWarmups>>,
 }
 
 impl Default for RunOptions {
@@ -76,6 +80,7 @@ impl Default for RunOptions {
             out: PathBuf::from("runs"),
             quiet: false,
             resume: None,
+            shared_warmups: None,
         }
     }
 }
@@ -114,6 +119,10 @@ pub struct RunSummary {
     pub steps: u64,
     /// RL steps skipped because every advantage was zero.
     pub skipped_steps: u64,
+    /// The run whose warm-up this one started from, when it shared one
+    /// ([`crate::shared_warmup`]); its own warm-up would have been the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_from: Option<PathBuf>,
 }
 
 /// Runs an experiment to the end: warm-up, RL, evaluations, run directory.
@@ -289,6 +298,10 @@ struct Trainer<B: AutodiffBackend> {
     stale: Option<(Policy<B::InnerBackend>, u64)>,
     /// Disaggregated placement: the devices the rollout workers run on (empty: the trainer's).
     engine_devices: Vec<B::Device>,
+    /// What the warm-up depends on, when it may be shared ([`shared_warmup::key`]).
+    warmup_key: Option<String>,
+    /// The run whose shared warm-up this one started from.
+    warmup_from: Option<PathBuf>,
 }
 
 impl<B: AutodiffBackend> Trainer<B> {
@@ -384,35 +397,43 @@ impl<B: AutodiffBackend> Trainer<B> {
         let mut successes = VecDeque::new();
         let mut monitor = Monitor::default();
         let mut stale = None;
+        // A warm-up another run of this invocation trained identically is taken as it ended,
+        // exactly as a resumed run takes its checkpoint.
+        let warmup_key = options
+            .shared_warmups
+            .as_ref()
+            .and_then(|_| shared_warmup::key(&spec, &device_name, &task_versions));
+        let shared = match (&resume, &options.shared_warmups, &warmup_key) {
+            (None, Some(warmups), Some(key)) => warmups.get(key),
+            _ => None,
+        };
+        let shared_checkpoint = shared
+            .as_ref()
+            .map(|entry| Checkpoint::read(&entry.checkpoint))
+            .transpose()?;
+        if let Some(checkpoint) = resume.as_ref().or(shared_checkpoint.as_ref()) {
+            policy = checkpoint.restore_policy(policy, &device)?;
+            optimizer = checkpoint.restore_optimizer(optimizer, &device)?;
+            reference = checkpoint.restore_reference(policy.valid(), &device)?;
+            let fresh = Critic::fresh(&policy, &spec.train.optimizer);
+            critic = checkpoint
+                .restore_critic(fresh.net, fresh.optimizer, &device)?
+                .map(|(net, optimizer)| Critic { net, optimizer });
+            rng = checkpoint.rng();
+            phase = checkpoint.phase();
+            after_warmup = checkpoint.after_warmup().cloned().map(|first| Evaluated {
+                first,
+                first_decoding: spec.eval.decoding.each()[0],
+                sampled: checkpoint.after_warmup_sampled().cloned(),
+            });
+            skipped = checkpoint.skipped_steps();
+            successes = checkpoint.successes().iter().cloned().collect();
+            monitor = checkpoint.monitor().clone();
+            stale = checkpoint.restore_stale(policy.valid(), &device)?;
+        }
         let run_dir = match &resume {
-            None => RunDir::create(
-                &options.out,
-                &RunConfig {
-                    experiment: spec.name.clone(),
-                    config,
-                    seed: spec.seed,
-                },
-            )?,
             Some(checkpoint) => {
-                policy = checkpoint.restore_policy(policy, &device)?;
-                optimizer = checkpoint.restore_optimizer(optimizer, &device)?;
-                reference = checkpoint.restore_reference(policy.valid(), &device)?;
-                let fresh = Critic::fresh(&policy, &spec.train.optimizer);
-                critic = checkpoint
-                    .restore_critic(fresh.net, fresh.optimizer, &device)?
-                    .map(|(net, optimizer)| Critic { net, optimizer });
-                rng = checkpoint.rng();
-                phase = checkpoint.phase();
                 saved = Some(phase);
-                after_warmup = checkpoint.after_warmup().cloned().map(|first| Evaluated {
-                    first,
-                    first_decoding: spec.eval.decoding.each()[0],
-                    sampled: checkpoint.after_warmup_sampled().cloned(),
-                });
-                skipped = checkpoint.skipped_steps();
-                successes = checkpoint.successes().iter().cloned().collect();
-                monitor = checkpoint.monitor().clone();
-                stale = checkpoint.restore_stale(policy.valid(), &device)?;
                 let (run_dir, superseded) =
                     RunDir::reopen(&checkpoint.run_dir()?, checkpoint.metrics_len())?;
                 let mut note = format!("resuming from {} ({phase})", checkpoint.path().display());
@@ -423,6 +444,22 @@ impl<B: AutodiffBackend> Trainer<B> {
                     ));
                 }
                 println!("{note}");
+                run_dir
+            }
+            None => {
+                let mut run_dir = RunDir::create(
+                    &options.out,
+                    &RunConfig {
+                        experiment: spec.name.clone(),
+                        config,
+                        seed: spec.seed,
+                    },
+                )?;
+                // What the warm-up wrote, this run would have written the same.
+                if let Some(entry) = &shared {
+                    entry.copy_files_to(run_dir.path())?;
+                    run_dir.append_recorded(&entry.metrics()?)?;
+                }
                 run_dir
             }
         };
@@ -465,6 +502,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             monitor,
             stale,
             engine_devices,
+            warmup_key,
+            warmup_from: shared.map(|entry| entry.trained_by),
         })
     }
 
@@ -490,6 +529,21 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.after_warmup = Some(evaluation);
             self.phase = Phase::Rl { step: 0 };
             warmed_up = true;
+            if let (Some(warmups), Some(key)) =
+                (self.options.shared_warmups.clone(), &self.warmup_key)
+            {
+                let key = key.clone();
+                let run_dir = self.run_dir.path().to_path_buf();
+                warmups.keep(&key, &run_dir, |dir| self.save_checkpoint(dir))?;
+            }
+        } else if let (Some(from), Some(evaluation)) = (&self.warmup_from, &self.after_warmup) {
+            out.println(format!(
+                "after SFT warm-up: {} success {} (the warm-up of {}: the same computation, \
+                 shared)",
+                split_name(self.spec.eval.split),
+                evaluation.describe(),
+                from.display()
+            ));
         }
         // The KL reference is the policy as RL starts; a resumed run has it from its checkpoint.
         if self.spec.algorithm.kl.estimator.is_some() && self.reference.is_none() {
@@ -550,6 +604,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             after_rl: after_rl.first,
             steps,
             skipped_steps: self.skipped,
+            warmup_from: self.warmup_from.clone(),
         };
         self.run_dir.write_json("summary.json", &summary)?;
         let report = crate::report::write(self.run_dir.path())?;
@@ -1453,8 +1508,16 @@ impl<B: AutodiffBackend> Trainer<B> {
 
     /// Writes a checkpoint of where the run stands (see [`crate::checkpoint`]).
     fn checkpoint(&mut self) -> Result<(), RunError> {
+        let run_dir = self.run_dir.path().to_path_buf();
+        self.save_checkpoint(&run_dir)?;
+        self.saved = Some(self.phase);
+        Ok(())
+    }
+
+    /// Writes a checkpoint of where the run stands into `dir/checkpoints/`; returns its path.
+    fn save_checkpoint(&mut self, dir: &Path) -> Result<PathBuf, RunError> {
         self.successes.make_contiguous();
-        Snapshot {
+        let path = Snapshot {
             spec: &self.spec,
             task_versions: &self.task_versions,
             tokenizer: self.chat.tokenizer(),
@@ -1475,9 +1538,8 @@ impl<B: AutodiffBackend> Trainer<B> {
                 .as_ref()
                 .map(|(policy, version)| (policy, *version)),
         }
-        .save(self.run_dir.path())?;
-        self.saved = Some(self.phase);
-        Ok(())
+        .save(dir)?;
+        Ok(path)
     }
 
     fn save_weights(&self, name: &str) -> Result<(), RunError> {
