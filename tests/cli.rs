@@ -733,3 +733,58 @@ fn run_of_several_files_checks_them_all_first_and_shares_their_warmups() {
     left.sort();
     assert_eq!(left, ["one", "two"]);
 }
+
+#[test]
+fn run_warns_of_a_task_whose_demonstrations_never_fit_the_context() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-unteachable");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("short_context.arl");
+    // A WebShop oracle episode (instruction, a results page, an item page) is longer than 128
+    // tokens; a KG one is not.
+    std::fs::write(
+        &file,
+        r#"experiment short_context {
+    seed = 5
+    device = flex
+    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 } }
+    task kg { env = kg, max_turns = 3, difficulty = 1 }
+    task webshop { env = webshop, max_turns = 6, difficulty = 1 }
+    algorithm grpo { group_size = 2 }
+    train {
+        steps = 1, batch = 2, lr = 1e-3, max_new_tokens = 8
+        warmup = sft { steps = 1, demonstrations = 16, batch = 2 }
+    }
+    eval { episodes = 1, decoding = greedy }
+}
+"#,
+    )
+    .unwrap();
+    let out_dir = root.join("runs");
+    let out = agentry(&[
+        "run",
+        file.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let warnings: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("warning: task"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stdout}");
+    assert!(
+        warnings[0].starts_with("warning: task `webshop`: none of its ")
+            && warnings[0].contains(
+                "oracle demonstrations fits in the context (128 tokens) within its turn budget \
+                 (6 turns), so the warm-up cannot teach it"
+            ),
+        "{stdout}"
+    );
+}

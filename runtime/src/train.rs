@@ -278,6 +278,8 @@ struct Trainer<B: AutodiffBackend> {
     critic: Option<Critic<B>>,
     context: usize,
     demos: Vec<Transcript>,
+    /// Per task: oracle demonstrations drawn, and kept (they succeeded and fit the context).
+    demo_counts: Vec<(usize, usize)>,
     curriculum: Curriculum,
     rng: ChaCha8Rng,
     device: B::Device,
@@ -366,11 +368,17 @@ impl<B: AutodiffBackend> Trainer<B> {
             }
         };
         let chat = ChatFormat::new(tokenizer);
+        // Per task: demonstrations drawn, and those that succeeded and fit in the context.
+        let mut demo_counts = vec![(0, 0); tasks.len()];
         let demos: Vec<Transcript> = demo_draws
             .iter()
             .filter_map(|draw| {
                 let mut env = tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
-                demonstration(&chat, env.as_mut(), draw.max_turns, context)
+                let demo = demonstration(&chat, env.as_mut(), draw.max_turns, context);
+                let (drawn, kept) = &mut demo_counts[draw.task];
+                *drawn += 1;
+                *kept += usize::from(demo.is_some());
+                demo
             })
             .collect();
 
@@ -488,6 +496,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             reference,
             critic,
             demos,
+            demo_counts,
             curriculum,
             rng,
             device,
@@ -517,6 +526,11 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.demos.len(),
             self.chat.tokenizer().vocab_size()
         ));
+        if self.spec.train.warmup.is_some() {
+            for line in self.unteachable_tasks() {
+                out.println(line);
+            }
+        }
         let mut warmed_up = false;
         if let (Some(warmup), Phase::Warmup { step: done }) = (self.spec.train.warmup, self.phase) {
             self.warmup(&warmup, done)?;
@@ -763,6 +777,26 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.finish_step(step, steps, record, out)?;
         }
         Ok(())
+    }
+
+    /// A warning for each task the warm-up drew demonstrations of but keeps none: its oracle
+    /// episodes do not fit the context (or the turn budget), so the warm-up cannot teach it,
+    /// which would otherwise show only as a task stuck at zero.
+    fn unteachable_tasks(&self) -> Vec<String> {
+        self.spec
+            .tasks
+            .iter()
+            .zip(&self.demo_counts)
+            .filter(|(_, (drawn, kept))| *drawn > 0 && *kept == 0)
+            .map(|(task, (drawn, _))| {
+                format!(
+                    "warning: task `{}`: none of its {drawn} oracle demonstrations fits in the \
+                     context ({} tokens) within its turn budget ({} turns), so the warm-up \
+                     cannot teach it; raise the model's `context` or the task's `max_turns`",
+                    task.name, self.context, task.max_turns
+                )
+            })
+            .collect()
     }
 
     /// Behaviour cloning of the oracle demonstrations, from warm-up step `done + 1`.
