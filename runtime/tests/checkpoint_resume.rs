@@ -76,23 +76,6 @@ fn run_experiment(
     agentry_runtime::train::run_on::<Autodiff<Flex>>(experiment, &options, Default::default())
 }
 
-/// The metrics lines with wall-clock fields removed (everything else must match exactly).
-fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
-            if let Some(object) = value.as_object_mut() {
-                object.remove("rollout_seconds");
-                object.remove("update_seconds");
-                object.remove("trajectories_per_second");
-            }
-            value
-        })
-        .collect()
-}
-
 fn phases(lines: &[serde_json::Value]) -> Vec<String> {
     lines
         .iter()
@@ -191,7 +174,7 @@ fn read(path: PathBuf) -> Vec<u8> {
 fn a_stopped_and_resumed_run_ends_as_the_straight_run() {
     let _guard = serial();
     let straight = run(TINY, &scratch("straight"), 4, None).unwrap();
-    let expected = metrics(&straight.run_dir);
+    let expected = common::metrics_without_timings(&straight.run_dir);
     assert_eq!(
         phases(&expected),
         [
@@ -226,7 +209,7 @@ fn a_stopped_and_resumed_run_ends_as_the_straight_run() {
         resumed.run_dir, first.run_dir,
         "the run goes on in its own directory"
     );
-    assert_eq!(metrics(&resumed.run_dir), expected);
+    assert_eq!(common::metrics_without_timings(&resumed.run_dir), expected);
     same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
     assert_eq!(resumed.after_warmup, straight.after_warmup);
     assert_eq!(resumed.after_rl, straight.after_rl);
@@ -290,7 +273,7 @@ fn ppo_resumes_exactly(value_head: &str) {
         None,
     )
     .unwrap();
-    let expected = metrics(&straight.run_dir);
+    let expected = common::metrics_without_timings(&straight.run_dir);
     let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
     assert_eq!(rl.len(), 4);
     for line in &rl {
@@ -303,7 +286,7 @@ fn ppo_resumes_exactly(value_head: &str) {
     let out = scratch(&format!("ppo-{value_head}-split"));
     let first = run(&source, &out, 2, None).unwrap();
     let resumed = run(&source, &out, 4, Some(&first.run_dir)).unwrap();
-    assert_eq!(metrics(&resumed.run_dir), expected);
+    assert_eq!(common::metrics_without_timings(&resumed.run_dir), expected);
     let separate = value_head == "separate";
     same_final_state_of(
         &resumed.run_dir,
@@ -345,7 +328,10 @@ fn a_run_resumes_from_a_warmup_checkpoint() {
     let first = run(&source, &out, 2, None).unwrap();
     let checkpoint = first.run_dir.join("checkpoints").join("sft-000002.ckpt");
     let resumed = run(&source, &out, 2, Some(&checkpoint)).unwrap();
-    assert_eq!(metrics(&resumed.run_dir), metrics(&straight.run_dir));
+    assert_eq!(
+        common::metrics_without_timings(&resumed.run_dir),
+        common::metrics_without_timings(&straight.run_dir)
+    );
     same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000002.ckpt");
     let superseded =
         std::fs::read_to_string(first.run_dir.join("metrics-superseded.jsonl")).unwrap();
@@ -389,7 +375,10 @@ fn a_run_from_a_hugging_face_checkpoint_resumes_exactly() {
         assert_eq!(resumed.run_dir, first.run_dir);
         resumed
     };
-    assert_eq!(metrics(&resumed.run_dir), metrics(&straight.run_dir));
+    assert_eq!(
+        common::metrics_without_timings(&resumed.run_dir),
+        common::metrics_without_timings(&straight.run_dir)
+    );
     let (a, b) = (
         Checkpoint::read(&resumed.run_dir.join("checkpoints/rl-000002.ckpt")).unwrap(),
         Checkpoint::read(&straight.run_dir.join("checkpoints/rl-000002.ckpt")).unwrap(),
@@ -767,7 +756,7 @@ fn sft_from_successes_and_truncated_importance_sampling_resume_exactly() {
         .replace("tiny_resume", "tiny_successes");
     let experiment = WithPresent(agentry_dsl::check(&source).expect("the experiment checks"));
     let straight = run_experiment(&experiment, &scratch("successes-straight"), 4, None).unwrap();
-    let expected = metrics(&straight.run_dir);
+    let expected = common::metrics_without_timings(&straight.run_dir);
     let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
     assert_eq!(rl.len(), 4);
     // Four episodes a step, all solved, kept up to six.
@@ -790,7 +779,7 @@ fn sft_from_successes_and_truncated_importance_sampling_resume_exactly() {
     let checkpoint = Checkpoint::read(&first.run_dir.join("checkpoints/rl-000002.ckpt")).unwrap();
     assert_eq!(checkpoint.successes().len(), 6);
     let resumed = run_experiment(&experiment, &out, 4, Some(&first.run_dir)).unwrap();
-    assert_eq!(metrics(&resumed.run_dir), expected);
+    assert_eq!(common::metrics_without_timings(&resumed.run_dir), expected);
     same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
 }
 
@@ -815,7 +804,7 @@ fn monte_carlo_credit_values_states_by_continuations_and_resumes_exactly() {
         .replace("tiny_resume", "tiny_monte_carlo");
     let experiment = WithPresent(agentry_dsl::check(&source).expect("the experiment checks"));
     let straight = run_experiment(&experiment, &scratch("mc-straight"), 4, None).unwrap();
-    let expected = metrics(&straight.run_dir);
+    let expected = common::metrics_without_timings(&straight.run_dir);
     let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
     assert_eq!(rl.len(), 4);
     for line in &rl {
@@ -846,7 +835,7 @@ fn monte_carlo_credit_values_states_by_continuations_and_resumes_exactly() {
     let out = scratch("mc-split");
     let first = run_experiment(&experiment, &out, 2, None).unwrap();
     let resumed = run_experiment(&experiment, &out, 4, Some(&first.run_dir)).unwrap();
-    assert_eq!(metrics(&resumed.run_dir), expected);
+    assert_eq!(common::metrics_without_timings(&resumed.run_dir), expected);
 }
 
 #[test]
@@ -861,7 +850,7 @@ fn cross_policy_sampling_mixes_versions_and_resumes_exactly() {
         )
         .replace("tiny_resume", "tiny_cross_policy");
     let straight = run(&source, &scratch("cross-straight"), 4, None).unwrap();
-    let expected = metrics(&straight.run_dir);
+    let expected = common::metrics_without_timings(&straight.run_dir);
     let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
     assert_eq!(rl.len(), 4);
     for line in &rl {
@@ -882,7 +871,7 @@ fn cross_policy_sampling_mixes_versions_and_resumes_exactly() {
     let out = scratch("cross-split");
     let first = run(&source, &out, 1, None).unwrap();
     let resumed = run(&source, &out, 4, Some(&first.run_dir)).unwrap();
-    assert_eq!(metrics(&resumed.run_dir), expected);
+    assert_eq!(common::metrics_without_timings(&resumed.run_dir), expected);
     same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
 }
 
@@ -890,13 +879,17 @@ fn cross_policy_sampling_mixes_versions_and_resumes_exactly() {
 fn a_run_stopped_at_any_step_resumes_to_the_straight_run() {
     let _guard = serial();
     let straight = run(TINY, &scratch("every-straight"), 4, None).unwrap();
-    let expected = metrics(&straight.run_dir);
+    let expected = common::metrics_without_timings(&straight.run_dir);
     // Stopped after the warm-up (RL step 0), and after every RL step; step 2 is the test above.
     for stop in [0, 1, 3] {
         let out = scratch(&format!("every-{stop}"));
         let first = run(TINY, &out, stop, None).unwrap();
         let resumed = run(TINY, &out, 4, Some(&first.run_dir)).unwrap();
-        assert_eq!(metrics(&resumed.run_dir), expected, "stopped at {stop}");
+        assert_eq!(
+            common::metrics_without_timings(&resumed.run_dir),
+            expected,
+            "stopped at {stop}"
+        );
         same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
     }
 }

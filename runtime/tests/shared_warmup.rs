@@ -51,23 +51,6 @@ fn find<'a>(runs: &'a [SweepRun], config: &str, seed: u64) -> &'a SweepRun {
         .expect("the sweep ran this configuration and seed")
 }
 
-/// `metrics.jsonl` without its wall-clock timings.
-fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
-            if let Some(object) = value.as_object_mut() {
-                object.retain(|key, _| {
-                    !key.ends_with("_seconds") && key != "trajectories_per_second"
-                });
-            }
-            value
-        })
-        .collect()
-}
-
 fn read(run_dir: &Path, file: &str) -> Vec<u8> {
     std::fs::read(run_dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
@@ -124,7 +107,10 @@ fn runs_that_differ_after_the_warmup_share_it_and_write_what_they_would_alone() 
     );
     let (alone, shared) = (&alone[0].summary, &find(&runs, NO_CROSS_POLICY, 1).summary);
     assert_eq!(alone.warmup_from, None);
-    assert_eq!(metrics(&alone.run_dir), metrics(&shared.run_dir));
+    assert_eq!(
+        common::metrics_without_timings(&alone.run_dir),
+        common::metrics_without_timings(&shared.run_dir)
+    );
     assert_eq!(alone.after_warmup, shared.after_warmup);
     assert_eq!(alone.after_rl, shared.after_rl);
     for file in [
@@ -145,5 +131,8 @@ fn runs_that_differ_after_the_warmup_share_it_and_write_what_they_would_alone() 
     // The RL steps of the two really differ from the base's, so the comparison above is not
     // between two copies of the base.
     let base = &find(&runs, "base", 1).summary;
-    assert_ne!(metrics(&base.run_dir), metrics(&shared.run_dir));
+    assert_ne!(
+        common::metrics_without_timings(&base.run_dir),
+        common::metrics_without_timings(&shared.run_dir)
+    );
 }

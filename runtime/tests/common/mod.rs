@@ -28,3 +28,21 @@ pub fn scratch_in(suite: &str, name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// The metrics lines of a run with its wall-clock fields (`*_seconds`,
+/// `trajectories_per_second`) removed: everything else of two equal runs must match exactly.
+pub fn metrics_without_timings(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(object) = value.as_object_mut() {
+                object.retain(|key, _| {
+                    !key.ends_with("_seconds") && key != "trajectories_per_second"
+                });
+            }
+            value
+        })
+        .collect()
+}
