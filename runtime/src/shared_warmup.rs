@@ -130,8 +130,8 @@ impl Drop for SharedWarmups {
 /// (`checkpoint_every`), which hold its experiment and so cannot be shared.
 ///
 /// The key is the resolved experiment without what only RL reads (its name, the sweep, the
-/// algorithm, the pool's engines and sampling, and `train.steps`, `batch`, `lr`), plus the
-/// device and the task versions. Leaving something out wrongly would share a warm-up that
+/// algorithm but its `grad_clip`, which clips the warm-up's gradients too, the pool but its
+/// `placement`, and `train.steps`, `batch`, `lr`), plus the device and the task versions. Leaving something out wrongly would share a warm-up that
 /// differs; keeping something in needlessly only trains a warm-up twice, so everything else
 /// stays in.
 pub fn key(
@@ -144,8 +144,11 @@ pub fn key(
     }
     let mut value = serde_json::to_value(spec).ok()?;
     let object = value.as_object_mut()?;
-    for rl_only in ["name", "sweep", "algorithm"] {
+    for rl_only in ["name", "sweep"] {
         object.remove(rl_only);
+    }
+    if let Some(algorithm) = object.get_mut("algorithm").and_then(|a| a.as_object_mut()) {
+        algorithm.retain(|key, _| key == "grad_clip");
     }
     if let Some(pool) = object.get_mut("pool").and_then(|p| p.as_object_mut()) {
         pool.retain(|key, _| key == "placement");
@@ -248,6 +251,8 @@ mod tests {
             spec("warmup = sft { steps = 5 }, lr = 0.007", ""),
             spec(&format!("{WARMUP}, max_new_tokens = 9"), ""),
             spec(WARMUP, "eval { episodes = 3 }"),
+            // The warm-up's steps clip gradients as RL's do.
+            spec(WARMUP, "algorithm grpo { group_size = 4, grad_clip = 0.5 }"),
         ] {
             assert_ne!(key_of(&other), key);
         }
