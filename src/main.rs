@@ -288,9 +288,19 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut options = run.options();
     if files.len() > 1 {
-        let warmups = agentry::shared_warmup::SharedWarmups::new(&options.out)
-            .map_err(|e| format!("error: {e}"))?;
-        options.shared_warmups = Some(std::sync::Arc::new(warmups));
+        let mut runs = Vec::new();
+        for spec in &specs {
+            runs.extend(
+                agentry::sweep::select(spec, &run.selection())
+                    .map_err(|e| format!("error: {e}"))?,
+            );
+        }
+        let warmups = agentry::shared_warmup::SharedWarmups::for_runs(
+            &options.out,
+            runs.iter().map(|r| &r.experiment),
+        )
+        .map_err(|e| format!("error: {e}"))?;
+        options.shared_warmups = warmups.map(std::sync::Arc::new);
     }
     for spec in specs {
         agentry::sweep::run(&Interpreted(spec), &options, &run.selection())

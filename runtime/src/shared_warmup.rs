@@ -13,7 +13,7 @@
 //! files of one `agentry run`), in a folder of the output root removed when it is dropped, so a
 //! later build of the code can never pick up a warm-up an earlier one trained.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -32,6 +32,9 @@ const OWN_FILES: [&str; 3] = ["metrics.jsonl", "config.json", "experiment.json"]
 #[derive(Debug)]
 pub struct SharedWarmups {
     dir: PathBuf,
+    /// The warm-ups two or more of the invocation's runs would train (by [`spec_key`]): only
+    /// those are worth keeping, since a kept warm-up is a checkpoint written to disk.
+    shared: BTreeSet<String>,
     entries: Mutex<BTreeMap<String, Entry>>,
 }
 
@@ -64,18 +67,50 @@ impl Entry {
 }
 
 impl SharedWarmups {
-    /// An empty cache in a new folder `root/.shared-warmups-<pid>-<ms>`.
-    pub fn new(root: &Path) -> Result<Self, RunError> {
+    /// A cache for the runs of an invocation, which will run `experiments` (each resolved
+    /// experiment with its seed set), in a new folder `root/.shared-warmups-<pid>-<ms>`; `None`
+    /// when no two of them would train the same warm-up (a sweep over seeds alone, say).
+    pub fn for_runs<'a>(
+        root: &Path,
+        experiments: impl IntoIterator<Item = &'a spec::Experiment>,
+    ) -> Result<Option<Self>, RunError> {
+        let mut seen = BTreeSet::new();
+        let mut shared = BTreeSet::new();
+        for key in experiments.into_iter().filter_map(spec_key) {
+            if !seen.insert(key.clone()) {
+                shared.insert(key);
+            }
+        }
+        if shared.is_empty() {
+            return Ok(None);
+        }
+
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or_default();
         let dir = root.join(format!(".shared-warmups-{}-{started}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(RunError::io(&dir))?;
-        Ok(SharedWarmups {
+        Ok(Some(SharedWarmups {
             dir,
+            shared,
             entries: Mutex::new(BTreeMap::new()),
-        })
+        }))
+    }
+
+    /// The key of `spec`'s warm-up on `device` with these task versions, when another run of
+    /// the invocation would train the same one.
+    pub fn key(
+        &self,
+        spec: &spec::Experiment,
+        device: &str,
+        task_versions: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        let spec_key = spec_key(spec)?;
+        self.shared
+            .contains(&spec_key)
+            .then(|| key_of(&spec_key, device, task_versions))
+            .flatten()
     }
 
     /// The warm-up kept under `key`, if a run of this invocation trained it.
@@ -125,20 +160,33 @@ impl Drop for SharedWarmups {
     }
 }
 
-/// What a run's warm-up depends on, as a string: two runs with the same key train the same
-/// warm-up. `None` when the run has no warm-up, or writes warm-up checkpoints of its own
-/// (`checkpoint_every`), which hold its experiment and so cannot be shared.
+/// What a run's warm-up depends on: two runs with the same key train the same warm-up. `None`
+/// when the run has no warm-up, or writes warm-up checkpoints of its own (`checkpoint_every`),
+/// which hold its experiment and so cannot be shared.
 ///
 /// The key is the resolved experiment without what only RL reads (its name, the sweep, the
 /// algorithm but its `grad_clip`, which clips the warm-up's gradients too, the pool but its
-/// `placement`, and `train.steps`, `batch`, `lr`), plus the device and the task versions. Leaving something out wrongly would share a warm-up that
-/// differs; keeping something in needlessly only trains a warm-up twice, so everything else
-/// stays in.
+/// `placement`, and `train.steps`, `batch`, `lr`), plus the device and the task versions.
+/// Leaving something out wrongly would share a warm-up that differs; keeping something in
+/// needlessly only trains a warm-up twice, so everything else stays in.
 pub fn key(
     spec: &spec::Experiment,
     device: &str,
     task_versions: &BTreeMap<String, String>,
 ) -> Option<String> {
+    key_of(&spec_key(spec)?, device, task_versions)
+}
+
+fn key_of(
+    spec_key: &str,
+    device: &str,
+    task_versions: &BTreeMap<String, String>,
+) -> Option<String> {
+    serde_json::to_string(&(spec_key, device, task_versions)).ok()
+}
+
+/// The experiment's part of [`key`].
+fn spec_key(spec: &spec::Experiment) -> Option<String> {
     if spec.train.warmup.is_none() || spec.train.checkpoint_every.is_some() {
         return None;
     }
@@ -158,7 +206,7 @@ pub fn key(
             train.remove(rl_only);
         }
     }
-    serde_json::to_string(&(value, device, task_versions)).ok()
+    serde_json::to_string(&value).ok()
 }
 
 /// Copies the files under `from` whose path relative to it `keep` accepts into `to`.
@@ -266,6 +314,43 @@ mod tests {
             ),
             key
         );
+    }
+
+    #[test]
+    fn a_cache_is_made_only_for_runs_that_would_share_a_warmup() {
+        let root = std::env::temp_dir().join(format!("agentry-shared-{}", std::process::id()));
+        let one = spec(WARMUP, "");
+        let mut seed = one.clone();
+        seed.seed += 1;
+        // Seeds alone: every warm-up differs, nothing is worth keeping.
+        assert!(
+            SharedWarmups::for_runs(&root, [&one, &seed])
+                .unwrap()
+                .is_none()
+        );
+        let mut rl = one.clone();
+        rl.train.lr = 0.5;
+        let cache = SharedWarmups::for_runs(&root, [&one, &seed, &rl])
+            .unwrap()
+            .expect("two runs share a warm-up");
+        let versions = BTreeMap::from([("kg".into(), "kg-1".into())]);
+        assert_eq!(
+            cache.key(&one, "flex", &versions),
+            key(&one, "flex", &versions)
+        );
+        assert_eq!(
+            cache.key(&rl, "flex", &versions),
+            key(&one, "flex", &versions)
+        );
+        assert_eq!(
+            cache.key(&seed, "flex", &versions),
+            None,
+            "no other run shares it"
+        );
+        let dir = cache.dir.clone();
+        assert!(dir.is_dir());
+        drop(cache);
+        assert!(!dir.exists(), "the cache's folder goes with it");
     }
 
     #[test]

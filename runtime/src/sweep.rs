@@ -281,12 +281,13 @@ pub fn run(
     // shares warm-ups across more than this sweep).
     let mut options = options.clone();
     if total > 1 && options.shared_warmups.is_none() {
-        let warmups = SharedWarmups::new(&options.out).map_err(|source| SweepError::Run {
-            config: runs[0].config.clone(),
-            seed: runs[0].seed,
-            source,
-        })?;
-        options.shared_warmups = Some(Arc::new(warmups));
+        let warmups = SharedWarmups::for_runs(&options.out, runs.iter().map(|r| &r.experiment))
+            .map_err(|source| SweepError::Run {
+                config: runs[0].config.clone(),
+                seed: runs[0].seed,
+                source,
+            })?;
+        options.shared_warmups = warmups.map(Arc::new);
     }
     let options = &options;
     let mut done = Vec::new();

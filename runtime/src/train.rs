@@ -43,7 +43,7 @@ use crate::rollout::{
     Episode, EpisodeSpec, Fork, ForkPlan, continue_forks, demonstration, oracle_text, play,
     play_in_pool,
 };
-use crate::shared_warmup::{self, SharedWarmups};
+use crate::shared_warmup::SharedWarmups;
 use crate::text::{ChatFormat, Tokenizer, Transcript};
 use crate::trajectory::{self, Origin, render};
 
@@ -300,7 +300,7 @@ struct Trainer<B: AutodiffBackend> {
     stale: Option<(Policy<B::InnerBackend>, u64)>,
     /// Disaggregated placement: the devices the rollout workers run on (empty: the trainer's).
     engine_devices: Vec<B::Device>,
-    /// What the warm-up depends on, when it may be shared ([`shared_warmup::key`]).
+    /// What the warm-up depends on, when another run may share it ([`SharedWarmups::key`]).
     warmup_key: Option<String>,
     /// The run whose shared warm-up this one started from.
     warmup_from: Option<PathBuf>,
@@ -410,7 +410,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let warmup_key = options
             .shared_warmups
             .as_ref()
-            .and_then(|_| shared_warmup::key(&spec, &device_name, &task_versions));
+            .and_then(|warmups| warmups.key(&spec, &device_name, &task_versions));
         let shared = match (&resume, &options.shared_warmups, &warmup_key) {
             (None, Some(warmups), Some(key)) => warmups.get(key),
             _ => None,
