@@ -539,6 +539,7 @@ fn train(t: &Train) -> TokenStream {
         }
     });
     let checkpoint_every = option(&t.checkpoint_every, |c| uint(*c));
+    let max_nonfinite_skips = Literal::u32_unsuffixed(t.max_nonfinite_skips);
     quote! {
         ::agentry::spec::Train {
             steps: #steps,
@@ -552,6 +553,7 @@ fn train(t: &Train) -> TokenStream {
             max_new_tokens: #max_new_tokens,
             warmup: #warmup,
             checkpoint_every: #checkpoint_every,
+            max_nonfinite_skips: #max_nonfinite_skips,
         }
     }
 }

@@ -596,6 +596,15 @@ pub struct Train {
     pub warmup: Option<Warmup>,
     /// Steps between checkpoints; `None` writes one at the end only.
     pub checkpoint_every: Option<u64>,
+    /// An update whose loss or gradient norm is not finite is skipped (weights and optimizer
+    /// state untouched); the run stops with an error once this many updates in a row were
+    /// skipped, >= 1 (1: the first one stops it). Default 3.
+    #[serde(default = "default_max_nonfinite_skips")]
+    pub max_nonfinite_skips: u32,
+}
+
+fn default_max_nonfinite_skips() -> u32 {
+    3
 }
 
 /// `optimizer = adamw { ... } | adam { ... } | sgd { ... }`.

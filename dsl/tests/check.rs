@@ -49,6 +49,16 @@ fn the_design_example_checks_with_its_values() {
 }
 
 #[test]
+fn max_nonfinite_skips_is_at_least_one() {
+    let spec = check(&with("batch = 16", "batch = 16, max_nonfinite_skips = 1")).unwrap();
+    assert_eq!(spec.train.max_nonfinite_skips, 1);
+    let source = with("batch = 16", "batch = 16, max_nonfinite_skips = 0");
+    let d = error(&source);
+    assert_eq!(text(&source, &d), "0");
+    assert!(d.message.contains("max_nonfinite_skips"), "{}", d.message);
+}
+
+#[test]
 fn defaults_are_the_documented_ones() {
     let spec = check(MINIMAL).unwrap();
     assert_eq!(spec.seed, 0);
@@ -97,6 +107,7 @@ fn defaults_are_the_documented_ones() {
         ),
         (1.0, 1.0, 64)
     );
+    assert_eq!(spec.train.max_nonfinite_skips, 3);
     assert_eq!(spec.eval.episodes, 64);
     assert_eq!(spec.eval.decoding, EvalDecoding::Both);
     assert_eq!(spec.sweep, None);

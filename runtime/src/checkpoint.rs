@@ -225,6 +225,9 @@ struct Header {
     /// The stability monitor's state (absent in files written before it existed: fresh).
     #[serde(default)]
     monitor: Monitor,
+    /// Updates skipped in a row for a non-finite loss or gradient (absent: none).
+    #[serde(default)]
+    nonfinite_streak: u32,
     /// Cross-policy sampling: the version of the stale engine's weights.
     #[serde(default)]
     stale_version: Option<u64>,
@@ -268,6 +271,8 @@ pub struct Snapshot<'a, B: AutodiffBackend> {
     pub successes: &'a [Transcript],
     /// The stability monitor.
     pub monitor: &'a Monitor,
+    /// Updates skipped in a row for a non-finite loss or gradient.
+    pub nonfinite_streak: u32,
     /// Cross-policy sampling: the stale engine's weights and their version.
     pub stale: Option<(&'a Policy<B::InnerBackend>, u64)>,
 }
@@ -300,6 +305,7 @@ impl<B: AutodiffBackend> Snapshot<'_, B> {
             metrics_len: self.metrics_len,
             successes: self.successes.to_vec(),
             monitor: self.monitor.clone(),
+            nonfinite_streak: self.nonfinite_streak,
             stale_version: self.stale.map(|(_, version)| version),
         };
         let header = serde_json::to_vec(&header).map_err(|e| failed(e.to_string()))?;
@@ -659,6 +665,11 @@ impl Checkpoint {
     /// The stability monitor's state.
     pub fn monitor(&self) -> &Monitor {
         &self.header.monitor
+    }
+
+    /// Updates skipped in a row for a non-finite loss or gradient when it was written.
+    pub fn nonfinite_streak(&self) -> u32 {
+        self.header.nonfinite_streak
     }
 
     /// Checks that the checkpoint was written by this experiment: same name, same resolved

@@ -44,13 +44,23 @@ pub enum RunError {
     /// The run's report could not be written.
     #[error(transparent)]
     Report(#[from] crate::report::ReportError),
-    /// Training produced a non-finite loss.
-    #[error("the loss became {value} at step {step}; lower the learning rate or enable grad_clip")]
-    Diverged {
-        /// The RL step (0 during warm-up).
-        step: u64,
-        /// The loss value.
-        value: f32,
+    /// Updates in a row had a non-finite loss or gradient norm; each was skipped, so the
+    /// weights and optimizer state are those from before the first of them.
+    #[error(
+        "{skipped} updates in a row had a non-finite loss or gradient norm (the last: {at}, loss \
+         {loss}{}) and were skipped; lower the learning rate, set `algorithm.grad_clip`, or \
+         raise `train.max_nonfinite_skips`",
+        grad_norm.map(|n| format!(", gradient norm {n}")).unwrap_or_default()
+    )]
+    NonFinite {
+        /// Updates skipped in a row (`train.max_nonfinite_skips`).
+        skipped: u32,
+        /// The last of them (`warm-up step 3`, `RL step 12`, …).
+        at: String,
+        /// Its loss.
+        loss: f32,
+        /// Its gradient norm, when the loss was finite.
+        grad_norm: Option<f32>,
     },
 }
 

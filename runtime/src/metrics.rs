@@ -86,6 +86,10 @@ pub enum Record {
         loss: f32,
         /// Gradient norm before clipping.
         grad_norm: f32,
+        /// The update was skipped: its loss or gradient norm was not finite (`loss` and
+        /// `grad_norm` are then 0; absent from the line when false).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        skipped_nonfinite: bool,
     },
     /// An RL step.
     Rl(Box<RlRecord>),
@@ -182,7 +186,8 @@ pub struct RlRecord {
         deserialize_with = "versions_behind"
     )]
     pub staleness: BTreeMap<u64, usize>,
-    /// Cross-policy sampling: episodes dropped for a turn older than `max_staleness`.
+    /// Cross-policy sampling: episodes dropped because their group had a turn older than
+    /// `max_staleness` (groups are dropped whole).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dropped: Option<usize>,
     /// `sft_from = successes`: solved episodes held for the SFT term after this step.
@@ -197,6 +202,10 @@ pub struct RlRecord {
     pub groups_kept: usize,
     /// Whether the update was skipped because every advantage was zero.
     pub skipped: bool,
+    /// Updates of the step (policy epochs and critic updates) skipped because their loss or
+    /// gradient norm was not finite: weights and optimizer state untouched.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_nonfinite: usize,
     /// Wall-clock seconds of the rollout.
     pub rollout_seconds: f64,
     /// Trajectories played per second of rollout (Monte-Carlo continuations not counted); in
@@ -215,6 +224,10 @@ pub struct RlRecord {
     pub rollout_idle: Option<f64>,
     /// Wall-clock seconds of the update.
     pub update_seconds: f64,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Reads `RlRecord::staleness` back. JSON writes its keys as strings (`{"0": 40}`), and inside

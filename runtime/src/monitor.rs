@@ -1,4 +1,5 @@
-//! Training-stability alarms: gradient spikes, entropy collapse, and the echo trap.
+//! Training-stability alarms: gradient spikes, entropy collapse, the echo trap, and updates
+//! skipped for a non-finite loss or gradient.
 //!
 //! Multi-turn RL fails in recognisable ways (RAGEN's StarPO analysis): a gradient norm that
 //! jumps far above its recent level precedes divergence; an entropy that falls to a small
@@ -48,6 +49,10 @@ pub enum Alert {
     /// was below [`ECHO_SPREAD_FRACTION`] of its baseline, or at least [`ECHO_FLAT_GROUPS`] of
     /// the groups (of two or more episodes) earned one reward each.
     EchoTrap,
+    /// An update of the step had a non-finite loss or gradient norm and was skipped
+    /// (`skipped_nonfinite` in the record); the trainer stops the run after
+    /// `train.max_nonfinite_skips` such updates in a row.
+    Nonfinite,
 }
 
 impl Alert {
@@ -57,6 +62,7 @@ impl Alert {
             Alert::GradSpike => "grad_spike",
             Alert::EntropyCollapse => "entropy_collapse",
             Alert::EchoTrap => "echo_trap",
+            Alert::Nonfinite => "nonfinite",
         }
     }
 
@@ -88,6 +94,13 @@ impl Alert {
                     .map(|early| format!(" against {early:.4} early on"))
                     .unwrap_or_default(),
                 record.flat_groups * 100.0
+            ),
+            Alert::Nonfinite => format!(
+                "non-finite update: {} update(s) of this step had a NaN or infinite loss or \
+                 gradient norm and were skipped, weights and optimizer unchanged (the run stops \
+                 after `train.max_nonfinite_skips` in a row; a lower learning rate or \
+                 `grad_clip` helps)",
+                record.skipped_nonfinite
             ),
         }
     }
@@ -130,7 +143,11 @@ impl Monitor {
     /// on rewards only). Returns the alerts that hold, and a message for each that just began.
     pub fn observe(&mut self, record: &RlRecord) -> (Vec<Alert>, Vec<String>) {
         let mut holding = Vec::new();
-        let updated = !record.skipped;
+        // A step with a skipped update says nothing reliable about gradients or entropy.
+        let updated = !record.skipped && record.skipped_nonfinite == 0;
+        if record.skipped_nonfinite > 0 {
+            holding.push(Alert::Nonfinite);
+        }
         if updated
             && self.grad_norms.len() >= GRAD_MIN_HISTORY
             && record.grad_norm > GRAD_SPIKE_FACTOR * median(&self.grad_norms)
@@ -196,6 +213,26 @@ mod tests {
             reward_std,
             ..RlRecord::default()
         }
+    }
+
+    #[test]
+    fn a_skipped_nonfinite_update_is_alerted_and_kept_out_of_the_baselines() {
+        let mut monitor = Monitor::default();
+        for i in 1..=6 {
+            monitor.observe(&step(i, 1.0, 2.0, 0.4));
+        }
+        let before = monitor.clone();
+        let mut skipped = step(7, 0.0, 0.0, 0.4);
+        skipped.skipped_nonfinite = 1;
+        let (alerts, messages) = monitor.observe(&skipped);
+        assert_eq!(alerts, vec![Alert::Nonfinite]);
+        assert_eq!(messages.len(), 1);
+        assert!(messages[0].contains("non-finite"), "{}", messages[0]);
+        // Its zero gradient norm and entropy entered no window or baseline.
+        assert_eq!(monitor.grad_norms, before.grad_norms);
+        assert_eq!(monitor.entropy, before.entropy);
+        // The next finite step clears it.
+        assert!(monitor.observe(&step(8, 1.0, 2.0, 0.4)).0.is_empty());
     }
 
     #[test]

@@ -33,7 +33,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::curriculum::Curriculum;
 use crate::model::{Policy, Sampling};
-use crate::pool::{Engine, Engines, within_staleness};
+use crate::pool::{Engine, Engines, fresh_groups};
 use crate::rollout::{Episode, Stream};
 use crate::text::ChatFormat;
 use crate::train::training_draw;
@@ -264,11 +264,6 @@ impl Collector {
         fresh_version: u64,
         max_staleness: u64,
     ) -> Result<Vec<Episode>, Starved> {
-        let fresh_enough = |group: &[Episode]| {
-            group
-                .iter()
-                .all(|e| within_staleness(&e.turn_versions, fresh_version, max_staleness))
-        };
         // A group is judged when it completes, against the version the trainer is at then.
         let mut batch = Vec::new();
         let mut complete = 0;
@@ -287,11 +282,17 @@ impl Collector {
                 continue;
             }
             let members = self.partial.remove(&group).unwrap_or_default();
-            if fresh_enough(&members) {
+            let (members, dropped) = fresh_groups(
+                members,
+                |e| e.spec.group,
+                |e| &e.turn_versions,
+                fresh_version,
+                max_staleness,
+            );
+            self.dropped += dropped;
+            if !members.is_empty() {
                 batch.extend(members);
                 complete += 1;
-            } else {
-                self.dropped += members.len();
             }
         }
         Ok(batch)

@@ -116,9 +116,56 @@ pub fn within_staleness(turn_versions: &[u64], fresh_version: u64, max_staleness
     turn_versions.iter().all(|v| *v >= oldest)
 }
 
+/// The staleness rule, one for both pool modes: a group is trained whole or not at all. Keeps,
+/// in order, the items of every group whose every turn is within `max_staleness` versions of
+/// `fresh_version` ([`within_staleness`]); returns them and the count of items dropped.
+///
+/// Judging episodes one by one could leave a group smaller than it was played, down to a
+/// group of one, whose baseline is then no comparison at all; dropping whole groups keeps every
+/// trained group's baseline over the episodes of one instance that it was meant to be.
+pub fn fresh_groups<T>(
+    items: Vec<T>,
+    group_of: impl Fn(&T) -> usize,
+    turn_versions: impl Fn(&T) -> &[u64],
+    fresh_version: u64,
+    max_staleness: u64,
+) -> (Vec<T>, usize) {
+    let stale: std::collections::BTreeSet<usize> = items
+        .iter()
+        .filter(|item| !within_staleness(turn_versions(item), fresh_version, max_staleness))
+        .map(&group_of)
+        .collect();
+    let before = items.len();
+    let kept: Vec<T> = items
+        .into_iter()
+        .filter(|item| !stale.contains(&group_of(item)))
+        .collect();
+    let dropped = before - kept.len();
+    (kept, dropped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn staleness_drops_whole_groups_never_single_episodes() {
+        // (group, turn versions); fresh version 10, bound 2: versions 8..=10 are fine.
+        let items = vec![
+            (0, vec![10, 9]),
+            (1, vec![10]),
+            (0, vec![8]),
+            (1, vec![7, 10]),
+            (2, vec![8, 8]),
+            (1, vec![10]),
+        ];
+        let (kept, dropped) = fresh_groups(items, |i| i.0, |i| &i.1, 10, 2);
+        assert_eq!(kept, vec![(0, vec![10, 9]), (0, vec![8]), (2, vec![8, 8])]);
+        assert_eq!(dropped, 3, "group 1 goes whole, its fresh members too");
+        let (kept, dropped) = fresh_groups(vec![(0, vec![0])], |i| i.0, |i| &i.1, 1, 0);
+        assert!(kept.is_empty());
+        assert_eq!(dropped, 1);
+    }
 
     #[test]
     fn stale_engines_are_refreshed_every_refresh_every_updates() {

@@ -530,7 +530,12 @@ impl Run {
             .records
             .iter()
             .filter_map(|r| match r {
-                Record::Sft { step, loss, .. } => Some((*step, *loss)),
+                Record::Sft {
+                    step,
+                    loss,
+                    skipped_nonfinite: false,
+                    ..
+                } => Some((*step, *loss)),
                 _ => None,
             })
             .collect();

@@ -21,7 +21,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::algo::loss::{PolicyLossConfig, kl_estimate, scalar, truncated_is_weights};
+use crate::algo::loss::{PolicyLossConfig, kl_estimate, truncated_is_weights};
 use crate::algo::{
     PolicyLossInput, Trajectory, ValueStats, credited_advantages, explained_variance, gae,
     normalize_by_key, policy_loss, std_dev, terminal_rewards, turn_end_rewards, value_loss,
@@ -36,9 +36,9 @@ use crate::metrics::{Progress, Record, RlRecord, RunConfig, RunDir, TaskStats, w
 use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
 use crate::monitor::Monitor;
-use crate::optim::{PolicyOptimizer, clip_global_norm};
+use crate::optim::{Descent, PolicyOptimizer, descend};
 use crate::pipeline::{Board, Collector, Weights, Worker};
-use crate::pool::{Engine, Engines, refresh_due, within_staleness};
+use crate::pool::{Engine, Engines, fresh_groups, refresh_due};
 use crate::rollout::{
     Episode, EpisodeSpec, Fork, ForkPlan, continue_forks, demonstration, oracle_text, play,
     play_in_pool,
@@ -296,6 +296,9 @@ struct Trainer<B: AutodiffBackend> {
     /// `sft_from = successes`: the latest solved training episodes, oldest first.
     successes: VecDeque<Transcript>,
     monitor: Monitor,
+    /// Updates skipped in a row for a non-finite loss or gradient norm (checkpointed, so a
+    /// resumed run stops where the uninterrupted one would).
+    nonfinite_streak: u32,
     /// Cross-policy sampling: the stale engines' weights and their version.
     stale: Option<(Policy<B::InnerBackend>, u64)>,
     /// Disaggregated placement: the devices the rollout workers run on (empty: the trainer's).
@@ -404,6 +407,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let mut critic = None;
         let mut successes = VecDeque::new();
         let mut monitor = Monitor::default();
+        let mut nonfinite_streak = 0;
         let mut stale = None;
         // A warm-up another run of this invocation trained identically is taken as it ended,
         // exactly as a resumed run takes its checkpoint.
@@ -437,6 +441,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             skipped = checkpoint.skipped_steps();
             successes = checkpoint.successes().iter().cloned().collect();
             monitor = checkpoint.monitor().clone();
+            nonfinite_streak = checkpoint.nonfinite_streak();
             stale = checkpoint.restore_stale(policy.valid(), &device)?;
         }
         let run_dir = match &resume {
@@ -509,6 +514,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             skipped,
             successes,
             monitor,
+            nonfinite_streak,
             stale,
             engine_devices,
             warmup_key,
@@ -814,17 +820,31 @@ impl<B: AutodiffBackend> Trainer<B> {
                 .collect();
             let batch = self.padded::<B>(&batch);
             let loss = batch.nll(&self.policy);
-            let value = scalar(loss.clone());
-            if !value.is_finite() {
-                return Err(RunError::Diverged { step: 0, value });
-            }
-            let grad_norm = self.apply(loss, warmup.lr);
-            progress.update(step, format!("loss {value:.4}"));
-            self.run_dir.record(&Record::Sft {
-                step,
-                loss: value,
-                grad_norm,
-            })?;
+            let descent = self.apply(loss, warmup.lr);
+            let record = match self.survive(descent, Update::Warmup { step })? {
+                Some(grad_norm) => {
+                    progress.update(step, format!("loss {:.4}", descent.loss()));
+                    Record::Sft {
+                        step,
+                        loss: descent.loss(),
+                        grad_norm,
+                        skipped_nonfinite: false,
+                    }
+                }
+                None => {
+                    progress.println(format!(
+                        "warning: warm-up step {step}: {}",
+                        self.skip_notice(descent)
+                    ));
+                    Record::Sft {
+                        step,
+                        loss: 0.0,
+                        grad_norm: 0.0,
+                        skipped_nonfinite: true,
+                    }
+                }
+            };
+            self.run_dir.record(&record)?;
             self.phase = Phase::Warmup { step };
             if self.checkpoint_due(step) {
                 self.checkpoint()?;
@@ -834,9 +854,10 @@ impl<B: AutodiffBackend> Trainer<B> {
         Ok(())
     }
 
-    /// Backward, clip, optimizer step of the policy; returns the gradient norm before clipping.
-    fn apply(&mut self, loss: Tensor<B, 1>, lr: f64) -> f32 {
-        let (policy, norm) = descend(
+    /// Backward, clip, optimizer step of the policy, unless the update is not finite
+    /// ([`descend`]).
+    fn apply(&mut self, loss: Tensor<B, 1>, lr: f64) -> Descent {
+        let (policy, descent) = descend(
             self.policy.clone(),
             &mut self.optimizer,
             loss,
@@ -844,7 +865,48 @@ impl<B: AutodiffBackend> Trainer<B> {
             self.spec.algorithm.grad_clip,
         );
         self.policy = policy;
-        norm
+        descent
+    }
+
+    /// Counts `descent` against `train.max_nonfinite_skips`: the gradient norm of an applied
+    /// update, `None` for a skipped one, or the error that ends the run once that many updates
+    /// in a row were skipped.
+    fn survive(&mut self, descent: Descent, at: Update) -> Result<Option<f32>, RunError> {
+        match descent {
+            Descent::Applied { grad_norm, .. } => {
+                self.nonfinite_streak = 0;
+                Ok(Some(grad_norm))
+            }
+            Descent::Skipped { loss, grad_norm } => {
+                self.nonfinite_streak += 1;
+                let limit = self.spec.train.max_nonfinite_skips;
+                if self.nonfinite_streak >= limit {
+                    return Err(RunError::NonFinite {
+                        skipped: self.nonfinite_streak,
+                        at: at.to_string(),
+                        loss,
+                        grad_norm,
+                    });
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// What a skipped update's warning says.
+    fn skip_notice(&self, descent: Descent) -> String {
+        let what = match descent {
+            Descent::Skipped {
+                grad_norm: Some(norm),
+                ..
+            } => format!("the gradient norm is {norm}"),
+            _ => format!("the loss is {}", descent.loss()),
+        };
+        format!(
+            "{what}; the update was skipped, weights and optimizer unchanged ({} in a row; the \
+             run stops at {}, `train.max_nonfinite_skips`)",
+            self.nonfinite_streak, self.spec.train.max_nonfinite_skips
+        )
     }
 
     fn sampling(&self, greedy: bool) -> Sampling {
@@ -1110,21 +1172,27 @@ impl<B: AutodiffBackend> Trainer<B> {
                     .collect();
                 loss = loss + self.padded::<B>(&demos).nll(&self.policy) * record.sft_alpha;
             }
-            let value = scalar(loss.clone());
-            if !value.is_finite() {
-                return Err(RunError::Diverged { step, value });
-            }
-            record.loss = value;
+            let descent = self.apply(loss, self.spec.train.lr);
+            // A skipped update leaves the step's loss terms as they were (0 if no epoch ran).
+            let Some(grad_norm) = self.survive(descent, Update::Rl { step })? else {
+                record.skipped_nonfinite += 1;
+                continue;
+            };
+            record.loss = descent.loss();
             record.policy_loss = stats.policy;
             record.entropy = stats.entropy;
             record.kl = stats.kl;
             record.clip_low = stats.clip_low;
             record.clip_high = stats.clip_high;
-            record.grad_norm = self.apply(loss, self.spec.train.lr);
+            record.grad_norm = grad_norm;
             if let (false, Some((old, returns))) = (shared, &value_targets) {
-                let stats = self.critic_step(&transcripts, old, returns, &batch.mask, step)?;
-                record.value_loss = Some(stats.loss);
-                record.value_clip_frac = Some(stats.clip_frac);
+                match self.critic_step(&transcripts, old, returns, &batch.mask, step)? {
+                    Some(stats) => {
+                        record.value_loss = Some(stats.loss);
+                        record.value_clip_frac = Some(stats.clip_frac);
+                    }
+                    None => record.skipped_nonfinite += 1,
+                }
             }
         }
         record.update_seconds = update_started.elapsed().as_secs_f64();
@@ -1132,8 +1200,9 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// Cross-policy sampling: records how many turns each policy version generated, and keeps
-    /// only the episodes whose every turn is within `max_staleness` versions of the fresh one.
-    /// Returns the kept episodes and the count dropped.
+    /// only the groups whose every turn is within `max_staleness` versions of the fresh one
+    /// ([`fresh_groups`], the rule the asynchronous collector applies too). Returns the kept
+    /// episodes and the count dropped.
     fn within_staleness(
         &self,
         episodes: Vec<Episode>,
@@ -1156,14 +1225,13 @@ impl<B: AutodiffBackend> Trainer<B> {
             stale as f64 / turns as f64
         });
         record.staleness = histogram;
-        let max_staleness = self.spec.pool.max_staleness;
-        let before = episodes.len();
-        let kept: Vec<Episode> = episodes
-            .into_iter()
-            .filter(|e| within_staleness(&e.turn_versions, fresh_version, max_staleness))
-            .collect();
-        let dropped = before - kept.len();
-        (kept, dropped)
+        fresh_groups(
+            episodes,
+            |e| e.spec.group,
+            |e| &e.turn_versions,
+            fresh_version,
+            self.spec.pool.max_staleness,
+        )
     }
 
     /// Monte-Carlo credit: plays the snapshots' continuations with the current policy and sets
@@ -1338,7 +1406,8 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// One update of the separate critic on the clipped value loss, with its own optimizer at
-    /// the train learning rate and the algorithm's gradient clip.
+    /// the train learning rate and the algorithm's gradient clip; `None` when it was skipped as
+    /// not finite.
     fn critic_step(
         &mut self,
         transcripts: &[&Transcript],
@@ -1346,7 +1415,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         returns: &Tensor<B, 2>,
         mask: &Tensor<B, 2>,
         step: u64,
-    ) -> Result<ValueStats, RunError> {
+    ) -> Result<Option<ValueStats>, RunError> {
         let pad = self.chat.tokenizer().pad();
         let (lr, clip, grad_clip) = (
             self.spec.train.lr,
@@ -1370,13 +1439,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             mask.clone(),
             clip,
         );
-        if !stats.loss.is_finite() {
-            return Err(RunError::Diverged {
-                step,
-                value: stats.loss,
-            });
-        }
-        let (net, _) = descend(
+        let (net, descent) = descend(
             critic.net.clone(),
             &mut critic.optimizer,
             loss,
@@ -1384,7 +1447,9 @@ impl<B: AutodiffBackend> Trainer<B> {
             grad_clip,
         );
         critic.net = net;
-        Ok(stats)
+        Ok(self
+            .survive(descent, Update::Critic { step })?
+            .map(|_| stats))
     }
 
     fn task_stats(&self, episodes: &[Episode]) -> BTreeMap<String, TaskStats> {
@@ -1567,6 +1632,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             metrics_len: self.run_dir.metrics_len()?,
             successes: self.successes.as_slices().0,
             monitor: &self.monitor,
+            nonfinite_streak: self.nonfinite_streak,
             stale: self
                 .stale
                 .as_ref()
@@ -1680,19 +1746,25 @@ impl<B: AutodiffBackend> Critic<B> {
     }
 }
 
-/// Backward, global-norm clip, optimizer step of `module`; returns the updated module and the
-/// gradient norm before clipping. The policy and the separate critic share it.
-fn descend<B: AutodiffBackend>(
-    module: Policy<B>,
-    optimizer: &mut PolicyOptimizer<Policy<B>, B>,
-    loss: Tensor<B, 1>,
-    lr: f64,
-    grad_clip: Option<f64>,
-) -> (Policy<B>, f32) {
-    let grads = loss.backward();
-    let mut grads = burn::optim::GradientsParams::from_grads(grads, &module);
-    let norm = clip_global_norm(&module, &mut grads, grad_clip);
-    (optimizer.step(lr, module, grads), norm)
+/// Which update a non-finite loss or gradient stopped the run at.
+#[derive(Clone, Copy, Debug)]
+enum Update {
+    /// A warm-up step.
+    Warmup { step: u64 },
+    /// The policy's update of an RL step.
+    Rl { step: u64 },
+    /// The separate critic's update of an RL step.
+    Critic { step: u64 },
+}
+
+impl std::fmt::Display for Update {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Update::Warmup { step } => write!(f, "warm-up step {step}"),
+            Update::Rl { step } => write!(f, "RL step {step}"),
+            Update::Critic { step } => write!(f, "the critic's update at RL step {step}"),
+        }
+    }
 }
 
 /// Right-padded transcripts `[n, width]` and which predicted tokens `[n, width - 1]` are the

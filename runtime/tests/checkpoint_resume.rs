@@ -893,3 +893,100 @@ fn a_run_stopped_at_any_step_resumes_to_the_straight_run() {
         same_final_state(&resumed.run_dir, &straight.run_dir, "rl-000004.ckpt");
     }
 }
+
+/// [`TINY`] with the learning rates blown up: the first update makes the weights so large
+/// that every later forward pass overflows, so every later update is non-finite.
+fn exploding(warmup_lr: &str, rl_lr: &str, max_skips: u32) -> String {
+    TINY.replace(
+        "lr = 1e-3",
+        &format!("lr = {rl_lr}, max_nonfinite_skips = {max_skips}"),
+    )
+    .replace(
+        "warmup = sft { steps = 3,",
+        &format!("warmup = sft {{ lr = {warmup_lr}, steps = 3,"),
+    )
+}
+
+#[test]
+fn nonfinite_updates_are_skipped_counted_and_stop_the_run_after_the_limit() {
+    let _guard = serial();
+    // Warm-up step 1 applies its huge update; steps 2 and 3 overflow and are skipped. Two in a
+    // row is under the limit of 3, so the run goes on (its RL steps, on a policy whose every
+    // output is now uniform, have all-zero advantages and are skipped as such).
+    let out = scratch("nonfinite-warmup");
+    let summary = run(&exploding("1e30", "1e-3", 3), &out, 4, None).unwrap();
+    let lines = common::metrics_without_timings(&summary.run_dir);
+    let sft: Vec<&serde_json::Value> = lines.iter().filter(|l| l["phase"] == "sft").collect();
+    assert_eq!(sft.len(), 3);
+    assert!(sft[0].get("skipped_nonfinite").is_none(), "{:?}", sft[0]);
+    assert!(sft[0]["loss"].as_f64() > Some(0.0), "{:?}", sft[0]);
+    for line in &sft[1..] {
+        assert_eq!(line["skipped_nonfinite"], true, "{line:?}");
+        assert_eq!(
+            (&line["loss"], &line["grad_norm"]),
+            (&0.0.into(), &0.0.into())
+        );
+    }
+    // The skipped updates left the weights as step 1 made them: finite.
+    let policy = config(&summary.run_dir)
+        .init::<Flex>(&Default::default())
+        .load_file(
+            summary.run_dir.join("policy.mpk"),
+            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+            &Default::default(),
+        )
+        .unwrap();
+    let weights = parameters(&policy);
+    assert!(
+        weights
+            .iter()
+            .flatten()
+            .all(|bits| f32::from_bits(*bits).is_finite()),
+        "a weight is not finite"
+    );
+
+    // With a limit of 2, the second skip in a row ends the run with an error saying so.
+    let error = run(
+        &exploding("1e30", "1e-3", 2),
+        &scratch("nonfinite-two"),
+        4,
+        None,
+    )
+    .unwrap_err();
+    let RunError::NonFinite { skipped, at, .. } = &error else {
+        panic!("expected NonFinite, got {error}");
+    };
+    assert_eq!((*skipped, at.as_str()), (2, "warm-up step 3"), "{error}");
+    let message = error.to_string();
+    assert!(message.contains("max_nonfinite_skips"), "{message}");
+}
+
+#[test]
+fn a_skipped_rl_update_is_recorded_with_its_alert() {
+    let _guard = serial();
+    // A sane warm-up, then an RL learning rate that blows the weights up at step 1: step 2's
+    // update is skipped, recorded and alerted, and the run stops at step 3 (limit 2).
+    let out = scratch("nonfinite-rl");
+    let error = run(&exploding("1e-3", "1e30", 2), &out, 4, None).unwrap_err();
+    assert!(
+        matches!(&error, RunError::NonFinite { skipped: 2, at, .. } if at == "RL step 3"),
+        "{error}"
+    );
+    let run_dir = std::fs::read_dir(out.join("tiny_resume"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let lines = common::metrics_without_timings(&run_dir);
+    let rl: Vec<&serde_json::Value> = lines.iter().filter(|l| l["phase"] == "rl").collect();
+    assert_eq!(rl.len(), 2, "{rl:?}");
+    assert!(rl[0].get("skipped_nonfinite").is_none(), "{:?}", rl[0]);
+    assert_eq!(rl[1]["skipped_nonfinite"], 1, "{:?}", rl[1]);
+    assert_eq!(
+        rl[1]["alerts"],
+        serde_json::json!(["nonfinite"]),
+        "{:?}",
+        rl[1]
+    );
+}

@@ -27,6 +27,7 @@ impl Checker {
             "max_new_tokens",
             "warmup",
             "checkpoint_every",
+            "max_nonfinite_skips",
         ];
         let table = self.table(section.body, "train", &keys);
         let steps = match table.get("steps") {
@@ -130,6 +131,10 @@ impl Checker {
             Some(v) => self.uint("checkpoint_every", v, 1).map(Some),
             None => Some(None),
         };
+        let max_nonfinite_skips = match table.get("max_nonfinite_skips") {
+            Some(v) => self.uint32("max_nonfinite_skips", v, 1),
+            None => Some(3),
+        };
         Some(Train {
             steps: steps?,
             batch: batch?,
@@ -142,6 +147,7 @@ impl Checker {
             max_new_tokens: max_new_tokens?,
             warmup: warmup?,
             checkpoint_every: checkpoint_every?,
+            max_nonfinite_skips: max_nonfinite_skips?,
         })
     }
 

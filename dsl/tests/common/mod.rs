@@ -44,6 +44,7 @@ experiment multitask {
         temperature = 1.0, top_p = 1.0, max_new_tokens = 64
         warmup = sft { steps = 100, lr = 1e-3, demonstrations = 256, batch = 16 }
         checkpoint_every = 100
+        max_nonfinite_skips = 3
     }
     eval  { every = 50, split = test, episodes = 100, decoding = both }   // decoding: greedy | sampled | both
     sweep { seeds = [1, 2, 3], ablate pool.cross_policy = 0, ablate algorithm.advantage_norm = batch }

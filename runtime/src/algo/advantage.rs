@@ -30,11 +30,17 @@ impl Baseline {
 /// The baseline of each trajectory from the episode returns of its group.
 ///
 /// `groups[i]` names the group (same prompt) of trajectory `i`. GRPO: shift `mean_g`, scale
-/// `std_g + 1e-6` with an unbiased std, a singleton group having mean 0 and std 1. Dr. GRPO and
-/// REINFORCE++-baseline: shift `mean_g`, scale 1 (the latter is whitened over the batch
-/// afterwards). RLOO: shift the mean of the other members (0 for a singleton). REINFORCE++:
-/// shift 0, scale 1 (whitening over the batch's tokens happens in [`whiten`]). PPO needs a
-/// critic and is not an outcome estimator, so it returns `None`.
+/// `std_g + 1e-6` with an unbiased std. Dr. GRPO and REINFORCE++-baseline: shift `mean_g`,
+/// scale 1 (the latter is whitened over the batch afterwards). RLOO: shift the mean of the
+/// other members. REINFORCE++: shift 0, scale 1 (whitening over the batch's tokens happens in
+/// [`whiten`]). PPO needs a critic and is not an outcome estimator, so it returns `None`.
+///
+/// **A group of one** (`group_size = 1`, or a group the variance filter or a fault left with
+/// one member) has no one to compare with. Every group-baseline estimator then follows verl's
+/// rule: mean 0 and, for GRPO, std 1, so the episode's advantage is its own return (GRPO:
+/// divided by `1 + 1e-6`). RLOO's leave-one-out mean over no one is 0 as well, as in verl.
+/// Subtracting the episode's own return instead would give it advantage 0 and, for
+/// REINFORCE++-baseline, shift the batch whitening of every other token.
 pub fn outcome_baselines(
     kind: AlgorithmKind,
     returns: &[f32],
@@ -56,6 +62,14 @@ pub fn outcome_baselines(
                 shift: 0.0,
                 scale: 1.0 + STD_EPS,
             },
+            AlgorithmKind::DrGrpo | AlgorithmKind::ReinforcePpBaseline | AlgorithmKind::Rloo
+                if m.len() == 1 =>
+            {
+                Baseline {
+                    shift: 0.0,
+                    scale: 1.0,
+                }
+            }
             AlgorithmKind::Grpo => {
                 let (mean, std) = mean_std(&m);
                 Baseline {
@@ -67,15 +81,10 @@ pub fn outcome_baselines(
                 shift: mean(&m),
                 scale: 1.0,
             },
-            AlgorithmKind::Rloo => {
-                let n = m.len() as f64;
-                let shift = if m.len() == 1 {
-                    0.0
-                } else {
-                    (m.iter().sum::<f64>() - f64::from(r)) / (n - 1.0)
-                };
-                Baseline { shift, scale: 1.0 }
-            }
+            AlgorithmKind::Rloo => Baseline {
+                shift: (m.iter().sum::<f64>() - f64::from(r)) / (m.len() as f64 - 1.0),
+                scale: 1.0,
+            },
             AlgorithmKind::ReinforcePp | AlgorithmKind::Ppo => Baseline {
                 shift: 0.0,
                 scale: 1.0,
@@ -191,7 +200,9 @@ pub fn credited_advantages(
 /// Normalizes token advantages to zero mean and unit variance within each key:
 /// `(a - mean_k) / (std_k + 1e-6)`, std unbiased. With the task index as key this is AgentRL's
 /// task advantage normalization; with one key for all tokens it is batch normalization.
-/// A key with a single token is treated like a singleton group: mean 0, std 1.
+/// A key with a single token is treated as verl treats a group of one: mean 0 and std 1, so
+/// the token keeps its advantage (divided by `1 + 1e-6`) rather than being centred on itself
+/// to 0, which would silently drop the only token of a task from the update.
 pub fn normalize_by_key(values: &mut [f32], keys: &[usize]) {
     let mut distinct: Vec<usize> = keys.to_vec();
     distinct.sort_unstable();
@@ -287,6 +298,49 @@ mod tests {
         let a = outcome_advantages(AlgorithmKind::Grpo, &[0.7, 1.0, 0.0], &[0, 1, 1]).unwrap();
         let z = 0.5 / (std::f32::consts::FRAC_1_SQRT_2 + 1e-6);
         close(&a, &[0.7 / (1.0 + 1e-6), z, -z]);
+    }
+
+    #[test]
+    fn a_group_of_one_inside_a_batch_keeps_its_return_for_every_group_baseline() {
+        // Group 0 is the singleton (0.7); group 1 holds 1.0 and 0.0 (mean 0.5). verl's rule: a
+        // group of one has mean 0 (std 1), whichever estimator, so its advantage is its return.
+        let (rewards, groups) = ([1.0, 0.7, 0.0], [1, 0, 1]);
+        let grpo_z = 0.5 / (std::f32::consts::FRAC_1_SQRT_2 + 1e-6);
+        let expected = [
+            (AlgorithmKind::Grpo, [grpo_z, 0.7 / (1.0 + 1e-6), -grpo_z]),
+            (AlgorithmKind::DrGrpo, [0.5, 0.7, -0.5]),
+            (AlgorithmKind::ReinforcePpBaseline, [0.5, 0.7, -0.5]),
+            (AlgorithmKind::Rloo, [1.0, 0.7, -1.0]),
+            (AlgorithmKind::ReinforcePp, [1.0, 0.7, 0.0]),
+        ];
+        for (kind, want) in expected {
+            let a = outcome_advantages(kind, &rewards, &groups).unwrap();
+            close(&a, &want);
+        }
+        // REINFORCE++-baseline whitens the batch afterwards: the singleton's value must not be
+        // 0 (its own return subtracted), which would move the mean every other token is
+        // whitened against.
+        let mut tokens =
+            outcome_advantages(AlgorithmKind::ReinforcePpBaseline, &rewards, &groups).unwrap();
+        whiten(&mut tokens);
+        let all = [0.5f64, 0.7, -0.5];
+        let mean = all.iter().sum::<f64>() / 3.0;
+        let var = all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 2.0;
+        let want: Vec<f32> = all
+            .iter()
+            .map(|v| ((v - mean) / (var + WHITEN_EPS).sqrt()) as f32)
+            .collect();
+        close(&tokens, &want);
+    }
+
+    #[test]
+    fn a_key_with_a_single_token_keeps_its_advantage() {
+        // Task 1 has one agent token in the batch: mean 0, std 1 (the group-of-one rule), not
+        // centred on itself to 0.
+        let mut v = [1.0, 3.0, -0.8];
+        normalize_by_key(&mut v, &[0, 0, 1]);
+        let s = 1.0 / (2f64.sqrt() + 1e-6);
+        close(&v, &[-s as f32, s as f32, (-0.8 / (1.0 + 1e-6)) as f32]);
     }
 
     #[test]
