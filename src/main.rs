@@ -77,13 +77,19 @@ enum Command {
     },
     /// Run an AgentRL-compatible controller: workers register with it by heartbeat, trainers
     /// and evaluators start and play sessions through it (`/api/start_sample`, ...).
+    ///
+    /// It listens on loopback unless told otherwise. Anyone who can reach the port can start
+    /// sessions, mark workers stale and cancel sessions, unless a token is set.
     Controller {
-        /// Address to listen on.
-        #[arg(long, default_value = "0.0.0.0")]
+        /// Address to listen on. The default (127.0.0.1) is reachable from this machine only;
+        /// `--host 0.0.0.0` listens on every interface (then set a token).
+        #[arg(long, default_value = DEFAULT_HOST)]
         host: IpAddr,
         /// Port to listen on.
         #[arg(long, short, default_value_t = 5020)]
         port: u16,
+        #[command(flatten)]
+        token: TokenArg,
     },
     /// Serve a built-in task's instances as an AgentRL task worker, heartbeating to a
     /// controller. Index `i` is instance `i` of `--split` at `--difficulty`.
@@ -98,12 +104,16 @@ enum Command {
         /// default: loopback on `--port`).
         #[arg(long = "self", short = 's')]
         advertise: Option<String>,
-        /// Address to listen on.
-        #[arg(long, default_value = "0.0.0.0")]
+        /// Address to listen on. The default (127.0.0.1) is reachable from this machine only;
+        /// `--host 0.0.0.0` listens on every interface, as a controller on another machine
+        /// needs (then set a token).
+        #[arg(long, default_value = DEFAULT_HOST)]
         host: IpAddr,
         /// Port to listen on.
         #[arg(long, short, default_value_t = 5021)]
         port: u16,
+        #[command(flatten)]
+        token: TokenArg,
         /// Most sessions at once.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
         concurrency: u32,
@@ -123,6 +133,38 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         max_turns: Option<u32>,
     },
+}
+
+/// Where `controller` and `worker` listen unless `--host` says otherwise: loopback only.
+const DEFAULT_HOST: &str = "127.0.0.1";
+
+/// `--token`, shared by `controller` and `worker`.
+#[derive(clap::Args)]
+struct TokenArg {
+    /// A shared bearer token: every request without `Authorization: Bearer TOKEN` is refused
+    /// (401) and changes nothing. It is also sent on this process's own calls (a worker's
+    /// heartbeats, the controller's calls to workers), so give the controller and its workers
+    /// the same one. Prefer the environment variable AGENTRY_TOKEN: a command line is visible
+    /// to other users (`ps`). AgentRL's Python workers send no token, so they can only join a
+    /// controller without one.
+    #[arg(
+        long,
+        env = "AGENTRY_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
+}
+
+impl TokenArg {
+    /// The token, checked; the error never repeats the secret.
+    fn token(&self) -> Result<Option<agentry_serve::Token>, String> {
+        self.token
+            .as_deref()
+            .map(agentry_serve::Token::new)
+            .transpose()
+            .map_err(|e| format!("error: --token / AGENTRY_TOKEN: {e}"))
+    }
 }
 
 /// `--decoding`.
@@ -215,11 +257,23 @@ fn main() -> ExitCode {
                 });
             finish(result)
         }
-        Command::Controller { host, port } => {
-            let config = agentry_serve::ControllerConfig::new(SocketAddr::new(host, port));
+        Command::Controller { host, port, token } => {
+            let mut config = agentry_serve::ControllerConfig::new(SocketAddr::new(host, port));
+            config.token = match token.token() {
+                Ok(token) => token,
+                Err(e) => return finish(Err(e)),
+            };
+            let guarded = if config.token.is_some() {
+                "a token is required"
+            } else {
+                "no token: anyone who can reach it can use it"
+            };
             match agentry_serve::controller::serve(config) {
                 Ok(server) => {
-                    eprintln!("agentry controller: listening on {}", server.addr());
+                    eprintln!(
+                        "agentry controller: listening on {} ({guarded})",
+                        server.addr()
+                    );
                     server.run_forever()
                 }
                 Err(e) => finish(Err(format!("error: {e}"))),
@@ -231,6 +285,7 @@ fn main() -> ExitCode {
             advertise,
             host,
             port,
+            token,
             concurrency,
             name,
             split,
@@ -248,6 +303,10 @@ fn main() -> ExitCode {
             );
             config.controller = Some(controller);
             config.advertise = advertise;
+            config.token = match token.token() {
+                Ok(token) => token,
+                Err(e) => return finish(Err(e)),
+            };
             config.concurrency = concurrency as usize;
             config.split = match split {
                 SplitArg::Train => agentry::env::Split::Train,
@@ -329,5 +388,46 @@ fn finish(result: Result<(), String>) -> ExitCode {
             eprintln!("{message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Command {
+        match Cli::try_parse_from(std::iter::once("agentry").chain(args.iter().copied())) {
+            Ok(cli) => cli.command,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn controller_and_worker_listen_on_loopback_unless_told_otherwise() {
+        let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+        match parse(&["controller"]) {
+            Command::Controller { host, .. } => assert_eq!(host, loopback),
+            _ => unreachable!(),
+        }
+        match parse(&["worker", "--task", "kg"]) {
+            Command::Worker { host, .. } => assert_eq!(host, loopback),
+            _ => unreachable!(),
+        }
+        match parse(&["controller", "--host", "0.0.0.0"]) {
+            Command::Controller { host, .. } => assert!(host.is_unspecified()),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_token_is_checked_without_repeating_it() {
+        let token = |secret: &str| TokenArg {
+            token: Some(secret.to_string()),
+        };
+        assert!(TokenArg { token: None }.token().unwrap().is_none());
+        assert!(token("s3cret").token().unwrap().is_some());
+        let error = token("my secret").token().unwrap_err();
+        assert!(!error.contains("my secret"), "{error}");
+        assert!(token("").token().is_err());
     }
 }

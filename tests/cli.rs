@@ -195,6 +195,174 @@ fn controller_and_worker_commands_serve_a_task() {
     client.cancel(started.session_id).unwrap();
 }
 
+/// `agentry ARGS` with the environment variables `vars` set, and `AGENTRY_TOKEN` removed
+/// unless `vars` sets it.
+fn agentry_with(args: &[&str], vars: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    command
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("AGENTRY_TOKEN")
+        .envs(vars.iter().copied());
+    command
+}
+
+#[test]
+fn help_says_where_they_listen_and_never_shows_the_token() {
+    for command in ["controller", "worker"] {
+        let out = agentry_with(&[command, "--help"], &[("AGENTRY_TOKEN", "hunter2-secret")])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let help = String::from_utf8_lossy(&out.stdout);
+        for expected in [
+            "[default: 127.0.0.1]",
+            "--host 0.0.0.0",
+            "--token <TOKEN>",
+            "[env: AGENTRY_TOKEN]",
+            "`ps`",
+        ] {
+            assert!(
+                help.contains(expected),
+                "{command}: no {expected:?} in\n{help}"
+            );
+        }
+        assert!(!help.contains("hunter2"), "{help}");
+    }
+}
+
+#[test]
+fn a_bad_token_is_an_error_that_does_not_repeat_it() {
+    for command in [
+        &["controller", "--port", "0"][..],
+        &["worker", "--task", "kg", "--port", "0"],
+    ] {
+        let mut args = command.to_vec();
+        args.extend(["--token", "two words"]);
+        let out = agentry_with(&args, &[]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("error: --token / AGENTRY_TOKEN: the token must be"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("two words"), "{stderr}");
+        let out = agentry_with(command, &[("AGENTRY_TOKEN", "")])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("the token is empty"), "{stderr}");
+    }
+}
+
+#[test]
+fn controller_and_worker_share_a_token_from_the_environment() {
+    const TOKEN: &str = "cli-s3cret";
+    let (cport, wport) = (free_port(), free_port());
+    let api = format!("http://127.0.0.1:{cport}/api");
+    let spawn = |args: &[&str]| {
+        Killed(
+            agentry_with(args, &[("AGENTRY_TOKEN", TOKEN)])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    // Default --host: loopback, which this test reaches.
+    let _controller = spawn(&["controller", "--port", &cport.to_string()]);
+    let _worker = spawn(&[
+        "worker",
+        "--task",
+        "kg",
+        "--controller",
+        &api,
+        "--port",
+        &wport.to_string(),
+        "--instances",
+        "5",
+    ]);
+    let token = agentry::serve::Token::new(TOKEN).unwrap();
+    let client = agentry::serve::ControllerClient::new(&api).with_token(Some(token));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // The worker's heartbeat and the controller's sync both carry the token, or no session
+    // could start.
+    let started = loop {
+        match client.start_sample("kg", &agentry::serve::protocol::TaskIndex::Int(4)) {
+            Ok(started) => break started,
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "no session: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    };
+    assert_eq!(started.messages[0]["role"], "user");
+    let without = agentry::serve::ControllerClient::new(&api);
+    match without.cancel(started.session_id) {
+        Err(agentry::serve::ClientError::Http { status: 401, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    client.cancel(started.session_id).unwrap();
+}
+
+#[test]
+fn a_remote_task_reaches_a_controller_with_the_token_in_the_environment() {
+    let mut config = agentry::serve::ControllerConfig::new("127.0.0.1:0".parse().unwrap());
+    config.token = Some(agentry::serve::Token::new("run-s3cret").unwrap());
+    let controller = agentry::serve::controller::serve(config).unwrap();
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-remote-token");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("remote.arl");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+experiment cli_remote {{
+    seed = 1
+    device = flex
+    model policy {{ arch = transformer {{ layers = 1, d_model = 16, heads = 2, ffn = 32, context = 256 }} }}
+    task kg {{ remote = "{}", name = "kg" }}
+    algorithm grpo {{ group_size = 2 }}
+    train {{ steps = 1, batch = 4, max_new_tokens = 8 }}
+}}
+"#,
+            controller.url()
+        ),
+    )
+    .unwrap();
+    let out = root.join("runs");
+    let args = [
+        "run",
+        file.to_str().unwrap(),
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let run = |vars: &[(&str, &str)]| {
+        let out = agentry_with(&args, vars).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = run(&[]);
+    assert!(
+        stderr.contains("the controller answered 401: missing bearer token"),
+        "{stderr}"
+    );
+    let stderr = run(&[("AGENTRY_TOKEN", "not-it")]);
+    assert!(
+        stderr.contains("the controller answered 401: wrong bearer token"),
+        "{stderr}"
+    );
+    // With the token the controller answers the question itself: it serves no task `kg`.
+    let stderr = run(&[("AGENTRY_TOKEN", "run-s3cret")]);
+    assert!(
+        stderr.contains("the controller answered 400: task kg does not exist"),
+        "{stderr}"
+    );
+}
+
 /// A tiny run through `agentry run`, then `agentry replay` of its final evaluation's episodes:
 /// identical ones exit 0, a tampered one exits 1 with the first difference, a bad name is an
 /// error (exit 1, no panic).

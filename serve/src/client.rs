@@ -32,6 +32,7 @@ use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCa
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::auth::Token;
 use crate::protocol::{
     InteractRequest, InteractResponse, MarkStale, SESSION_HEADER, StartRequest, StartResponse,
     TaskIndex, assistant_message, content_text, tools_from_json,
@@ -55,6 +56,9 @@ pub enum ClientError {
     /// The answer was not what the protocol says.
     #[error("unexpected answer from the controller: {0}")]
     Protocol(String),
+    /// The token (`AGENTRY_TOKEN`) is not valid.
+    #[error("{0}")]
+    Token(String),
 }
 
 /// A started session.
@@ -69,10 +73,15 @@ pub struct Started {
 }
 
 /// A blocking client of a controller's API.
+///
+/// A client [with a token](ControllerClient::with_token) sends it with every call
+/// (`Authorization: Bearer <token>`); a controller that has a token refuses a client without it
+/// (401).
 #[derive(Clone, Debug)]
 pub struct ControllerClient {
     base: String,
     agent: ureq::Agent,
+    token: Option<Token>,
 }
 
 impl ControllerClient {
@@ -91,7 +100,24 @@ impl ControllerClient {
         ControllerClient {
             base: base.trim_end_matches('/').to_string(),
             agent,
+            token: None,
         }
+    }
+
+    /// The same client, sending `token` with every call (or none).
+    pub fn with_token(mut self, token: Option<Token>) -> ControllerClient {
+        self.token = token;
+        self
+    }
+
+    /// A client of the controller at `base` with the token in `AGENTRY_TOKEN`, if it is set
+    /// ([`Token::from_env`]).
+    ///
+    /// # Errors
+    /// `AGENTRY_TOKEN` is set but is not a valid token.
+    pub fn from_env(base: &str) -> Result<ControllerClient, ClientError> {
+        let token = Token::from_env().map_err(ClientError::Token)?;
+        Ok(ControllerClient::new(base).with_token(token))
     }
 
     /// The controller's API base.
@@ -99,8 +125,23 @@ impl ControllerClient {
         &self.base
     }
 
-    fn url(&self, endpoint: &str) -> String {
-        server::join(&self.base, endpoint)
+    /// A call to `endpoint`, carrying the token if there is one. Every call is built here.
+    fn request(&self, method: &str, endpoint: &str) -> ureq::Request {
+        let request = self
+            .agent
+            .request(method, &server::join(&self.base, endpoint));
+        match &self.token {
+            Some(token) => request.set("Authorization", &format!("Bearer {}", token.secret())),
+            None => request,
+        }
+    }
+
+    fn post(&self, endpoint: &str) -> ureq::Request {
+        self.request("POST", endpoint)
+    }
+
+    fn get(&self, endpoint: &str) -> ureq::Request {
+        self.request("GET", endpoint)
     }
 
     /// Starts a session of instance `index` of task `name`.
@@ -114,11 +155,7 @@ impl ControllerClient {
             index: index.clone(),
             custom_task: None,
         };
-        let response = send(
-            self.agent
-                .post(&self.url("start_sample"))
-                .send_json(json!(request)),
-        )?;
+        let response = send(self.post("start_sample").send_json(json!(request)))?;
         let session_id = response
             .header(SESSION_HEADER)
             .and_then(|v| v.trim().parse::<i64>().ok())
@@ -142,8 +179,7 @@ impl ControllerClient {
         messages: Vec<Value>,
     ) -> Result<InteractResponse, ClientError> {
         let response = send(
-            self.agent
-                .post(&self.url("interact"))
+            self.post("interact")
                 .set(SESSION_HEADER, &session_id.to_string())
                 .send_json(json!(InteractRequest { messages })),
         )?;
@@ -156,8 +192,7 @@ impl ControllerClient {
     /// 400 for an unknown or finished session, and transport errors.
     pub fn cancel(&self, session_id: i64) -> Result<(), ClientError> {
         send(
-            self.agent
-                .post(&self.url("cancel"))
+            self.post("cancel")
                 .set(SESSION_HEADER, &session_id.to_string())
                 .send_json(json!({})),
         )
@@ -169,12 +204,7 @@ impl ControllerClient {
     /// # Errors
     /// 400 for an unknown task, and transport errors.
     pub fn get_indices(&self, name: &str) -> Result<Vec<TaskIndex>, ClientError> {
-        let response = send(
-            self.agent
-                .get(&self.url("get_indices"))
-                .query("name", name)
-                .call(),
-        )?;
+        let response = send(self.get("get_indices").query("name", name).call())?;
         read(response)
     }
 
@@ -183,7 +213,7 @@ impl ControllerClient {
     /// # Errors
     /// Transport errors.
     pub fn list_workers(&self) -> Result<Value, ClientError> {
-        read(send(self.agent.get(&self.url("list_workers")).call())?)
+        read(send(self.get("list_workers").call())?)
     }
 
     /// The unfinished sessions (`list_sessions`), as JSON.
@@ -191,7 +221,7 @@ impl ControllerClient {
     /// # Errors
     /// Transport errors.
     pub fn list_sessions(&self) -> Result<Value, ClientError> {
-        read(send(self.agent.get(&self.url("list_sessions")).call())?)
+        read(send(self.get("list_sessions").call())?)
     }
 
     /// Marks a worker stale (no new sessions) or fresh again.
@@ -204,12 +234,7 @@ impl ControllerClient {
             worker_id,
             stale,
         };
-        send(
-            self.agent
-                .post(&self.url("mark_stale"))
-                .send_json(json!(body)),
-        )
-        .map(|_| ())
+        send(self.post("mark_stale").send_json(json!(body))).map(|_| ())
     }
 
     /// The controller's `version`.
@@ -217,7 +242,7 @@ impl ControllerClient {
     /// # Errors
     /// Transport errors.
     pub fn version(&self) -> Result<Value, ClientError> {
-        read(send(self.agent.get(&self.url("version")).call())?)
+        read(send(self.get("version").call())?)
     }
 }
 
@@ -294,12 +319,16 @@ fn split_of(index: &TaskIndex) -> Split {
 }
 
 impl RemoteTask {
-    /// Connects to task `name` on the controller at `base`, reading its indices.
+    /// Connects to task `name` on the controller at `base`, reading its indices. The token in
+    /// `AGENTRY_TOKEN`, if set, is sent with every call ([`ControllerClient::from_env`]): that
+    /// is how a `remote` task of an experiment file reaches a controller that has a token,
+    /// with no secret in the file.
     ///
     /// # Errors
-    /// If the controller cannot be reached, does not know the task, or the task has no index.
+    /// If `AGENTRY_TOKEN` is not a valid token, the controller cannot be reached or refuses the
+    /// token (401), does not know the task, or the task has no index.
     pub fn connect(base: &str, name: &str) -> Result<RemoteTask, ClientError> {
-        RemoteTask::with_client(ControllerClient::new(base), name)
+        RemoteTask::with_client(ControllerClient::from_env(base)?, name)
     }
 
     /// As [`RemoteTask::connect`], through a configured client.

@@ -28,6 +28,9 @@
 //!   runs with a timeout, and `cancel` aborts a session's in-flight call.
 //! - **Routing only picks ALIVE, non-stale workers heard from within `heartbeat_timeout`**,
 //!   the one with the most free capacity; none is `400 no workers available for task X`.
+//! - **With a [`Token`], no unauthenticated request changes anything**: a request without
+//!   `Authorization: Bearer <token>` is answered `401 {"message"}` before its handler runs,
+//!   and every call to a worker carries the token (`Hub::call`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -37,13 +40,15 @@ use std::time::{Duration, Instant, SystemTime};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
+use crate::auth::{self, Token};
 use crate::protocol::{
     EnvOut, ErrorBody, InteractResponse, MarkStale, SESSION_HEADER, SessionBody, StartRequest,
     StartResponse, TaskIndex, WorkerInteractRequest, WorkerInteractResponse, WorkerStartRequest,
@@ -74,6 +79,9 @@ pub struct ControllerConfig {
     pub call_timeout: Duration,
     /// Threads of the HTTP runtime.
     pub http_threads: usize,
+    /// The shared bearer token: when set, every request without it is refused (401, changing
+    /// nothing), and the controller sends it on its calls to workers.
+    pub token: Option<Token>,
 }
 
 impl ControllerConfig {
@@ -92,6 +100,7 @@ impl ControllerConfig {
             http_threads: std::thread::available_parallelism()
                 .map_or(1, usize::from)
                 .min(4),
+            token: None,
         }
     }
 }
@@ -119,7 +128,11 @@ pub fn serve(config: ControllerConfig) -> std::io::Result<Server> {
             Box::pin(cleaner(hub.clone())) as std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
             Box::pin(syncer(hub.clone())),
         ];
-        (router(hub), jobs)
+        let token = hub.config.token.clone();
+        (
+            auth::protect(router(hub), token.as_ref(), |m| json!({ "message": m })),
+            jobs,
+        )
     })
 }
 
@@ -203,6 +216,18 @@ impl Hub {
     fn client(&self, address: &str) -> reqwest::Client {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         clients.entry(address.to_string()).or_default().clone()
+    }
+
+    /// A call to `endpoint` of the worker at `address`, carrying the token if there is one.
+    /// Every call to a worker is built here.
+    fn call(&self, method: Method, address: &str, endpoint: &str) -> reqwest::RequestBuilder {
+        let request = self
+            .client(address)
+            .request(method, server::join(address, endpoint));
+        match &self.config.token {
+            Some(token) => request.header(AUTHORIZATION, token.header_value()),
+            None => request,
+        }
     }
 
     /// Drops the pooled connections to a worker after a failed call.
@@ -484,10 +509,8 @@ async fn start_sample(State(hub): State<Arc<Hub>>, body: Bytes) -> Response {
         custom_task,
         session_id: id,
     };
-    let url = server::join(&address.1, "start_sample");
     let call = hub
-        .client(&address.1)
-        .post(url)
+        .call(Method::POST, &address.1, "start_sample")
         .timeout(hub.config.interaction_timeout)
         .json(&request)
         .send();
@@ -616,8 +639,7 @@ async fn interact(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) 
         None => Err(CallError::Protocol("the session's worker is gone".into())),
         Some(address) => {
             let call = hub
-                .client(&address)
-                .post(server::join(&address, "interact"))
+                .call(Method::POST, &address, "interact")
                 .timeout(hub.config.interaction_timeout)
                 .json(&WorkerInteractRequest {
                     session_id: id,
@@ -708,8 +730,7 @@ fn begin_cancel(hub: &Arc<Hub>, id: i64) {
         let body = SessionBody { session_id: id };
         if let Some(address) = &address {
             let with_notice = hub
-                .client(address)
-                .post(server::join(address, "cancel_with_notice"))
+                .call(Method::POST, address, "cancel_with_notice")
                 .timeout(hub.config.call_timeout)
                 .json(&body)
                 .send()
@@ -721,8 +742,7 @@ fn begin_cancel(hub: &Arc<Hub>, id: i64) {
             }
             hub.forget_connections(address);
             let _ = hub
-                .client(address)
-                .post(server::join(address, "cancel"))
+                .call(Method::POST, address, "cancel")
                 .timeout(hub.config.call_timeout)
                 .json(&body)
                 .send()
@@ -945,8 +965,7 @@ async fn sync_worker(hub: &Arc<Hub>, name: &str, worker: u32, retry: bool) {
             return;
         };
         let answer = hub
-            .client(&address)
-            .get(server::join(&address, "get_sessions"))
+            .call(Method::GET, &address, "get_sessions")
             .timeout(hub.config.call_timeout)
             .send()
             .await;

@@ -16,15 +16,20 @@
 //! Environment code never runs on an async runtime thread: workers step environments on
 //! [`agentry_env::controller::Controller`]'s thread pool. Servers run on their own tokio
 //! runtime inside a [`Server`], which stops everything when dropped.
+//!
+//! A controller or worker given a [`Token`] refuses (401) every request that does not carry it
+//! as `Authorization: Bearer <token>`; everything of ours that calls them sends it ([`auth`]).
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod client;
 pub mod controller;
 pub mod protocol;
 mod server;
 pub mod worker;
 
+pub use auth::Token;
 pub use client::{ClientError, ControllerClient, RemoteEnv, RemoteTask};
 pub use controller::ControllerConfig;
 pub use server::Server;

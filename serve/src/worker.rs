@@ -38,6 +38,9 @@
 //!   `400 No such session`, as in the Python worker.
 //! - **A malformed message never ends a session**: it gets `500` (as the Python worker's
 //!   validation does) and the session waits for a valid one.
+//! - **With a [`Token`], no unauthenticated request changes anything**: a request without
+//!   `Authorization: Bearer <token>` is answered `401 {"detail"}` before its handler runs; the
+//!   worker sends the same token with its heartbeats and cancel notices (`Worker::post`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -50,11 +53,13 @@ use agentry_env::{Split, Status, Step, TaskGenerator};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 
+use crate::auth::{self, Token};
 use crate::protocol::{
     EnvOut, Heartbeat, SESSION_HEADER, SampleStatus, SessionBody, TaskIndex, WorkerInteractRequest,
     WorkerInteractResponse, WorkerStartRequest, WorkerStatus, parse_calls,
@@ -92,6 +97,9 @@ pub struct WorkerConfig {
     pub env_threads: usize,
     /// Threads of the HTTP runtime.
     pub http_threads: usize,
+    /// The shared bearer token: when set, every request without it is refused (401, changing
+    /// nothing), and the worker sends it with its heartbeats and cancel notices.
+    pub token: Option<Token>,
 }
 
 impl WorkerConfig {
@@ -113,6 +121,7 @@ impl WorkerConfig {
             step_timeout: Duration::from_secs(60),
             env_threads: cpus,
             http_threads: cpus.min(4),
+            token: None,
         }
     }
 }
@@ -148,7 +157,11 @@ pub fn serve(generator: Arc<dyn TaskGenerator>, config: WorkerConfig) -> std::io
         if state.config.controller.is_some() {
             jobs.push(heartbeats(state.clone()));
         }
-        (router(state), jobs)
+        let token = state.config.token.clone();
+        (
+            auth::protect(router(state), token.as_ref(), |m| json!({ "detail": m })),
+            jobs,
+        )
     })
 }
 
@@ -212,15 +225,23 @@ impl Worker {
         true
     }
 
+    /// A POST to `endpoint` of the controller, carrying the token if there is one; `None`
+    /// without a controller. Every call to the controller is built here.
+    fn post(&self, endpoint: &str) -> Option<reqwest::RequestBuilder> {
+        let controller = self.config.controller.as_deref()?;
+        let request = self.http.post(server::join(controller, endpoint));
+        Some(match &self.config.token {
+            Some(token) => request.header(AUTHORIZATION, token.header_value()),
+            None => request,
+        })
+    }
+
     /// Tells the controller that session `id` has stopped.
     async fn notify(&self, id: i64) {
-        let Some(controller) = &self.config.controller else {
+        let Some(request) = self.post("cancel_notice") else {
             return;
         };
-        let url = server::join(controller, "cancel_notice");
-        let sent = self
-            .http
-            .post(url)
+        let sent = request
             .header(SESSION_HEADER, id.to_string())
             .json(&SessionBody { session_id: id })
             .send()
@@ -592,7 +613,10 @@ async fn heartbeats(worker: Arc<Worker>) {
     };
     let mut failing = false;
     loop {
-        let sent = worker.http.post(&url).json(&heartbeat).send().await;
+        let Some(request) = worker.post("receive_heartbeat") else {
+            return;
+        };
+        let sent = request.json(&heartbeat).send().await;
         match sent.and_then(|r| r.error_for_status()) {
             Ok(_) => failing = false,
             Err(e) => {

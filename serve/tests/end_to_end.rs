@@ -424,3 +424,258 @@ fn a_remote_task_splits_its_indices_disjointly() {
     );
     assert_eq!(remote.stats().aborted(), 1);
 }
+
+/// A shared bearer token: without it, nothing changes; with it, everything works.
+mod token {
+    use super::*;
+    use agentry_serve::Token;
+
+    const TOKEN: &str = "s3cret-token";
+
+    fn token() -> Option<Token> {
+        Some(Token::new(TOKEN).unwrap())
+    }
+
+    fn client_with(controller: &agentry_serve::Server, token: Option<&str>) -> ControllerClient {
+        ControllerClient::new(&controller.url()).with_token(token.map(|t| Token::new(t).unwrap()))
+    }
+
+    /// A refused call: 401, `WWW-Authenticate: Bearer`, and the controller's error shape.
+    #[track_caller]
+    fn assert_refused(answer: &Answer) {
+        assert_eq!(answer.status, 401, "{}", answer.body);
+        assert_eq!(answer.authenticate.as_deref(), Some("Bearer"));
+        let body = answer.body.as_object().expect("a JSON object");
+        assert_eq!(body.keys().collect::<Vec<_>>(), ["message"], "{body:?}");
+    }
+
+    #[test]
+    fn controller_and_workers_sharing_a_token_work_end_to_end() {
+        let controller = controller_with_token(Some(TOKEN));
+        let mut config = worker_config("countdown", Some(&controller), 4);
+        config.token = token();
+        let worker = agentry_serve::worker::serve(countdown(), config).unwrap();
+        // The heartbeat carried the token (or the worker would not be listed), and the
+        // controller's sync carried it to the worker (or the worker would not be ALIVE).
+        wait_for_worker_with(&controller, TOKEN, "countdown", &worker.url());
+
+        let remote = RemoteTask::with_client(client_with(&controller, Some(TOKEN)), "countdown")
+            .expect("the client sends the token");
+        let generator = countdown();
+        for index in [0u64, 1, 2] {
+            let mut local = generator.instance(Split::Test, 1, index);
+            let mut env = remote.episode(TaskIndex::Int(index as i64));
+            assert_eq!(env.reset(), local.reset());
+            while let Some(call) = local.oracle() {
+                assert_eq!(env.step(&call), local.step(&call));
+            }
+            assert!(env.success());
+        }
+        assert_eq!(
+            (remote.stats().finished(), remote.stats().aborted()),
+            (3, 0)
+        );
+
+        // A cancel goes controller → worker (cancel_with_notice) → controller (cancel_notice):
+        // the session is gone only once the worker's notice, with the token, is accepted.
+        let client = client_with(&controller, Some(TOKEN));
+        let started = client
+            .start_sample("countdown", &TaskIndex::Int(5))
+            .unwrap();
+        client.cancel(started.session_id).unwrap();
+        wait_until("the cancel notice", Duration::from_secs(5), || {
+            client.list_sessions().unwrap() == json!({})
+        });
+        let status = call(
+            "GET",
+            &format!("{}/worker_status", worker.url()),
+            Some(TOKEN),
+            None,
+            None,
+        );
+        assert_eq!(status.body["current"], 0, "{}", status.body);
+    }
+
+    #[test]
+    fn without_the_token_the_controller_changes_nothing() {
+        let controller = controller_with_token(Some(TOKEN));
+        let api = controller.url();
+        let url = |endpoint: &str| format!("{api}/{endpoint}");
+        let mut config = worker_config("countdown", Some(&controller), 4);
+        config.token = token();
+        let worker = agentry_serve::worker::serve(countdown(), config).unwrap();
+        wait_for_worker_with(&controller, TOKEN, "countdown", &worker.url());
+        let client = client_with(&controller, Some(TOKEN));
+        let live = client
+            .start_sample("countdown", &TaskIndex::Int(2))
+            .unwrap();
+        let sessions = client.list_sessions().unwrap();
+        // The workers as listed, without the time of their last heartbeat.
+        let workers_now = || {
+            let mut workers = client.list_workers().unwrap();
+            for worker in workers["countdown"]["workers"]
+                .as_object_mut()
+                .unwrap()
+                .values_mut()
+            {
+                worker.as_object_mut().unwrap().remove("last_visit");
+            }
+            workers
+        };
+        let workers = workers_now();
+        assert_eq!(workers["countdown"]["workers"]["1"]["current"], 1);
+
+        for bad in [
+            None,
+            Some("wrong-token"),
+            Some("s3cret-token2"),
+            Some("s3cret-toke"),
+        ] {
+            // Reads are refused too.
+            for endpoint in [
+                "list_sessions",
+                "list_workers",
+                "get_indices?name=countdown",
+                "version",
+            ] {
+                assert_refused(&call("GET", &url(endpoint), bad, None, None));
+            }
+            // start_sample creates no session.
+            let start = json!({"name": "countdown", "index": 1});
+            assert_refused(&call("POST", &url("start_sample"), bad, None, Some(start)));
+            // cancel and cancel_all leave the session alive; interact does not step it.
+            assert_refused(&call(
+                "POST",
+                &url("cancel"),
+                bad,
+                Some(live.session_id),
+                Some(json!({})),
+            ));
+            assert_refused(&call(
+                "POST",
+                &url("cancel_all?force=true"),
+                bad,
+                None,
+                None,
+            ));
+            let tick = json!({"messages": [call_message("c", "tick", json!({}))]});
+            assert_refused(&call(
+                "POST",
+                &url("interact"),
+                bad,
+                Some(live.session_id),
+                Some(tick),
+            ));
+            // A cancel notice does not finish the session.
+            let notice = json!({"session_id": live.session_id});
+            assert_refused(&call(
+                "POST",
+                &url("cancel_notice"),
+                bad,
+                Some(live.session_id),
+                Some(notice),
+            ));
+            // mark_stale does not mark the worker stale.
+            let stale = json!({"name": "countdown", "worker_id": 1, "stale": true});
+            assert_refused(&call("POST", &url("mark_stale"), bad, None, Some(stale)));
+            // A heartbeat registers no worker.
+            let heartbeat = json!({"name": "intruder", "address": "http://127.0.0.1:9/api",
+                                   "concurrency": 4, "indices": [0]});
+            assert_refused(&call(
+                "POST",
+                &url("receive_heartbeat"),
+                bad,
+                None,
+                Some(heartbeat),
+            ));
+            for endpoint in ["clean_worker", "clean_session", "sync_all"] {
+                assert_refused(&call("POST", &url(endpoint), bad, None, None));
+            }
+            // An unknown path is refused the same way.
+            assert_refused(&call("GET", &url("nope"), bad, None, None));
+        }
+        assert_eq!(client.list_sessions().unwrap(), sessions);
+        assert_eq!(workers_now(), workers);
+        assert_eq!(workers["countdown"]["workers"]["1"]["stale"], false);
+        assert!(workers.get("intruder").is_none());
+        // The session is where it was: instance 2 needs three ticks, the first is "2 to go".
+        let step = client
+            .interact(live.session_id, vec![call_message("c", "tick", json!({}))])
+            .unwrap();
+        assert_eq!(
+            (step.finish, step.messages[0]["content"].clone()),
+            (false, json!("2 to go"))
+        );
+
+        // The client without the token (or with a wrong one) gets the 401 as an error.
+        for bad in [None, Some("wrong-token")] {
+            let refused = RemoteTask::with_client(client_with(&controller, bad), "countdown");
+            assert!(
+                matches!(
+                    refused,
+                    Err(agentry_serve::ClientError::Http { status: 401, .. })
+                ),
+                "{refused:?}"
+            );
+        }
+        // The header's scheme is case-insensitive.
+        let a = call("GET", &url("version"), None, None, None);
+        assert_refused(&a);
+        let lower = ureq::get(&url("version"))
+            .set("Authorization", &format!("bearer {TOKEN}"))
+            .call()
+            .unwrap();
+        assert_eq!(lower.status(), 200);
+    }
+
+    #[test]
+    fn a_controller_with_a_token_refuses_a_worker_without_it() {
+        let controller = controller_with_token(Some(TOKEN));
+        let without = agentry_serve::worker::serve(
+            countdown(),
+            worker_config("countdown", Some(&controller), 4),
+        )
+        .unwrap();
+        let mut config = worker_config("other", Some(&controller), 4);
+        config.token = Some(Token::new("another-token").unwrap());
+        let wrong = agentry_serve::worker::serve(countdown(), config).unwrap();
+        // Heartbeats every 200 ms: a second is five refused heartbeats from each.
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(
+            client_with(&controller, Some(TOKEN))
+                .list_workers()
+                .unwrap(),
+            json!({})
+        );
+        drop((without, wrong));
+    }
+
+    #[test]
+    fn a_worker_with_a_token_is_not_used_by_a_controller_without_it() {
+        // The controller takes the worker's heartbeat (it has no token), but its sync with
+        // the worker is refused, so the worker never becomes ALIVE and gets no session.
+        let controller = controller();
+        let mut config = worker_config("countdown", Some(&controller), 4);
+        config.token = token();
+        let worker = agentry_serve::worker::serve(countdown(), config).unwrap();
+        let listed = || {
+            let (_, workers) = get(&format!("{}/list_workers", controller.url())).unwrap();
+            workers["countdown"]["workers"]["1"].clone()
+        };
+        wait_until("the heartbeat", Duration::from_secs(5), || {
+            listed()["address"] == worker.url()
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(listed()["status"], "COMA");
+        let refused = ControllerClient::new(&controller.url())
+            .start_sample("countdown", &TaskIndex::Int(0))
+            .unwrap_err();
+        assert_eq!(
+            refused,
+            agentry_serve::ClientError::Http {
+                status: 400,
+                message: "no workers available for task countdown".into()
+            }
+        );
+    }
+}

@@ -177,3 +177,49 @@ fn agentrl_python_workers_serve_through_our_controller() {
         worker.log()
     );
 }
+
+/// AgentRL's Python worker sends no token: a controller with one refuses its heartbeats, and
+/// it never registers (book: deploy/http, interop).
+#[test]
+fn a_controller_with_a_token_refuses_agentrl_python_workers() {
+    let Ok(python) = std::env::var("AGENTRL_PYTHON") else {
+        eprintln!("\n*** SKIPPED python_interop (token): set AGENTRL_PYTHON ***\n");
+        return;
+    };
+    let mut config = ControllerConfig::new(loopback());
+    config.http_threads = 2;
+    config.token = Some(agentry_serve::Token::new("py-s3cret").unwrap());
+    let controller = agentry_serve::controller::serve(config).unwrap();
+
+    let port = free_port();
+    let address = format!("http://127.0.0.1:{port}/api");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let log = std::env::temp_dir().join(format!("agentry-python-worker-{port}.log"));
+    let out = std::fs::File::create(&log).unwrap();
+    let child = Command::new(&python)
+        .args(["-m", "agentrl.worker", "guess", "--config", "guess.yaml"])
+        .args(["--controller", &controller.url(), "--self", &address])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .current_dir(&dir)
+        .stdout(Stdio::from(out.try_clone().unwrap()))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {python}: {e}"));
+    let worker = PythonWorker { child, log };
+
+    // Its first heartbeat is sent at startup; wait for the refusal in its log.
+    let refused = std::panic::catch_unwind(|| {
+        wait_until("a refused heartbeat", Duration::from_secs(30), || {
+            worker.log().contains("Heartbeat failed")
+        })
+    });
+    assert!(refused.is_ok(), "log:\n{}", worker.log());
+    assert!(
+        worker.log().contains("missing bearer token"),
+        "log:\n{}",
+        worker.log()
+    );
+    let client = ControllerClient::new(&controller.url())
+        .with_token(Some(agentry_serve::Token::new("py-s3cret").unwrap()));
+    assert_eq!(client.list_workers().unwrap(), json!({}));
+}

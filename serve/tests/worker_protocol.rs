@@ -14,9 +14,10 @@ use axum::routing;
 use common::*;
 use serde_json::{Value, json};
 
-type Log = Arc<Mutex<Vec<(String, Option<String>, Value)>>>;
+type Log = Arc<Mutex<Vec<(String, Option<String>, Option<String>, Value)>>>;
 
-/// A stand-in controller that records every call: (path, session_id header, body).
+/// A stand-in controller that records every call: (path, session_id header, Authorization
+/// header, body).
 struct Recorder {
     url: String,
     log: Log,
@@ -30,14 +31,19 @@ fn recorder() -> Recorder {
         headers: HeaderMap,
         body: Bytes,
     ) -> axum::Json<Value> {
-        let session = headers
-            .get("session_id")
-            .and_then(|v| v.to_str().ok())
-            .map(String::from);
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        };
         let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        log.lock()
-            .unwrap()
-            .push((uri.path().to_string(), session, body));
+        log.lock().unwrap().push((
+            uri.path().to_string(),
+            header("session_id"),
+            header("authorization"),
+            body,
+        ));
         axum::Json(Value::Null)
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -66,8 +72,18 @@ fn recorded(log: &Log, path: &str) -> Vec<(Option<String>, Value)> {
     log.lock()
         .unwrap()
         .iter()
-        .filter(|(p, _, _)| p == path)
-        .map(|(_, s, b)| (s.clone(), b.clone()))
+        .filter(|(p, _, _, _)| p == path)
+        .map(|(_, s, _, b)| (s.clone(), b.clone()))
+        .collect()
+}
+
+/// The `Authorization` header of every recorded call to `path`.
+fn authorizations(log: &Log, path: &str) -> Vec<Option<String>> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(p, _, _, _)| p == path)
+        .map(|(_, _, a, _)| a.clone())
         .collect()
 }
 
@@ -428,4 +444,94 @@ fn a_busy_session_refuses_a_second_interact() {
         first.join().unwrap().body["env_out"]["messages"][0]["content"],
         "waited"
     );
+}
+
+/// A worker with a token: without it (or with a wrong one) every call is a 401 in FastAPI's
+/// shape and changes nothing; it sends the token with its heartbeats and cancel notices.
+#[test]
+fn a_worker_with_a_token_refuses_calls_without_it() {
+    const TOKEN: &str = "w0rker-token";
+    let recorder = recorder();
+    let mut config = worker_config("countdown", None, 2);
+    config.controller = Some(recorder.url.clone());
+    config.instances = 5;
+    config.token = Some(agentry_serve::Token::new(TOKEN).unwrap());
+    let worker = agentry_serve::worker::serve(countdown(), config).unwrap();
+    let api = worker.url();
+    let url = |endpoint: &str| format!("{api}/{endpoint}");
+    let with = Some(TOKEN);
+
+    wait_until("a heartbeat", Duration::from_secs(5), || {
+        !recorded(&recorder.log, "/api/receive_heartbeat").is_empty()
+    });
+    assert_eq!(
+        authorizations(&recorder.log, "/api/receive_heartbeat")[0].as_deref(),
+        Some("Bearer w0rker-token")
+    );
+
+    let started = call(
+        "POST",
+        &url("start_sample"),
+        with,
+        None,
+        Some(json!({"index": 2, "session_id": 7})),
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+    let status = || call("GET", &url("worker_status"), with, None, None).body;
+    assert_eq!(status(), json!({"concurrency": 2, "current": 1}));
+
+    for bad in [
+        None,
+        Some("wrong"),
+        Some("w0rker-tokem"),
+        Some("w0rker-token-"),
+    ] {
+        let refused = |answer: Answer| {
+            assert_eq!(answer.status, 401, "{}", answer.body);
+            assert_eq!(answer.authenticate.as_deref(), Some("Bearer"));
+            let body = answer.body.as_object().unwrap().clone();
+            assert_eq!(body.keys().collect::<Vec<_>>(), ["detail"], "{body:?}");
+        };
+        for endpoint in ["get_sessions", "get_indices", "worker_status"] {
+            refused(call("GET", &url(endpoint), bad, None, None));
+        }
+        let start = json!({"index": 0, "session_id": 8});
+        refused(call("POST", &url("start_sample"), bad, None, Some(start)));
+        let tick = json!({"session_id": 7, "messages": [call_message("c", "tick", json!({}))]});
+        refused(call("POST", &url("interact"), bad, None, Some(tick)));
+        for endpoint in ["cancel", "cancel_with_notice"] {
+            let body = json!({"session_id": 7});
+            refused(call("POST", &url(endpoint), bad, None, Some(body)));
+        }
+        for endpoint in ["cancel_all", "cancel_all_with_notice"] {
+            refused(call("POST", &url(endpoint), bad, None, None));
+        }
+    }
+    // Nothing changed: session 7 alone, not stepped (instance 2 needs three ticks).
+    assert_eq!(status(), json!({"concurrency": 2, "current": 1}));
+    assert_eq!(
+        call("GET", &url("get_sessions"), with, None, None).body,
+        json!({"7": 2})
+    );
+    let tick = json!({"session_id": 7, "messages": [call_message("c", "tick", json!({}))]});
+    let stepped = call("POST", &url("interact"), with, None, Some(tick));
+    assert_eq!(stepped.body["env_out"]["messages"][0]["content"], "2 to go");
+
+    // With the token, a cancel with notice works, and the notice carries the token.
+    let cancelled = call(
+        "POST",
+        &url("cancel_with_notice"),
+        with,
+        None,
+        Some(json!({"session_id": 7})),
+    );
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    wait_until("the cancel notice", Duration::from_secs(5), || {
+        !recorded(&recorder.log, "/api/cancel_notice").is_empty()
+    });
+    assert_eq!(
+        authorizations(&recorder.log, "/api/cancel_notice"),
+        [Some("Bearer w0rker-token".to_string())]
+    );
+    assert_eq!(status(), json!({"concurrency": 2, "current": 0}));
 }

@@ -18,7 +18,13 @@ pub fn loopback() -> SocketAddr {
 
 /// A controller with test-sized timeouts.
 pub fn controller() -> Server {
+    controller_with_token(None)
+}
+
+/// A controller with test-sized timeouts and an optional shared token.
+pub fn controller_with_token(token: Option<&str>) -> Server {
     let mut config = ControllerConfig::new(loopback());
+    config.token = token.map(|t| agentry_serve::Token::new(t).unwrap());
     config.heartbeat_timeout = Duration::from_secs(2);
     config.clean_every = Duration::from_millis(200);
     config.call_timeout = Duration::from_secs(2);
@@ -66,10 +72,12 @@ pub fn wait_for_worker(controller: &Server, task: &str, address: &str) {
     );
 }
 
-/// A raw call's status, `session_id` header and body (JSON, or the text as a JSON string).
+/// A raw call's status, `session_id` and `WWW-Authenticate` headers and body (JSON, or the
+/// text as a JSON string).
 pub struct Answer {
     pub status: u16,
     pub session: Option<i64>,
+    pub authenticate: Option<String>,
     pub body: Value,
 }
 
@@ -81,13 +89,56 @@ fn answer(result: Result<ureq::Response, ureq::Error>) -> Answer {
     };
     let status = response.status();
     let session = response.header("session_id").and_then(|v| v.parse().ok());
+    let authenticate = response.header("www-authenticate").map(String::from);
     let text = response.into_string().unwrap();
     let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
     Answer {
         status,
         session,
+        authenticate,
         body,
     }
+}
+
+/// A raw call with an optional bearer token, `session_id` header and JSON body.
+pub fn call(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    session: Option<i64>,
+    body: Option<Value>,
+) -> Answer {
+    let mut request = ureq::request(method, url);
+    if let Some(token) = token {
+        request = request.set("Authorization", &format!("Bearer {token}"));
+    }
+    if let Some(id) = session {
+        request = request.set("session_id", &id.to_string());
+    }
+    answer(match body {
+        Some(body) => request
+            .set("Content-Type", "application/json")
+            .send_string(&body.to_string()),
+        None => request.call(),
+    })
+}
+
+/// Waits until the controller, asked with `token`, lists an ALIVE worker of `task` at
+/// `address`.
+pub fn wait_for_worker_with(controller: &Server, token: &str, task: &str, address: &str) {
+    let url = format!("{}/list_workers", controller.url());
+    wait_until(
+        &format!("worker {address} of {task}"),
+        Duration::from_secs(20),
+        || {
+            let answer = call("GET", &url, Some(token), None, None);
+            answer.status == 200
+                && answer.body[task]["workers"].as_object().is_some_and(|w| {
+                    w.values()
+                        .any(|w| w["address"] == address && w["status"] == "ALIVE")
+                })
+        },
+    );
 }
 
 /// POSTs raw bytes as JSON, with an optional `session_id` header.
