@@ -178,21 +178,27 @@ fn controller_and_worker_commands_serve_a_task() {
         "--concurrency",
         "2",
     ]);
-    // The worker heartbeats at once, and again every 8 s if the controller was not up yet.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let client = agentry::serve::ControllerClient::new(&api);
-    let started = loop {
+    let started = first_session(&client);
+    assert_eq!(started.messages[0]["role"], "user");
+    assert_eq!(client.get_indices("kg").unwrap().len(), 5);
+    client.cancel(started.session_id).unwrap();
+}
+
+/// The first session of task `kg` (instance 4) the controller behind `client` starts, polling
+/// for up to 20 s: a worker heartbeats at once, and again every 8 s if the controller was not
+/// up yet.
+fn first_session(client: &agentry::serve::ControllerClient) -> agentry::serve::client::Started {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
         match client.start_sample("kg", &agentry::serve::protocol::TaskIndex::Int(4)) {
-            Ok(started) => break started,
+            Ok(started) => return started,
             Err(e) => {
                 assert!(std::time::Instant::now() < deadline, "no session: {e}");
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
         }
-    };
-    assert_eq!(started.messages[0]["role"], "user");
-    assert_eq!(client.get_indices("kg").unwrap().len(), 5);
-    client.cancel(started.session_id).unwrap();
+    }
 }
 
 /// `agentry ARGS` with the environment variables `vars` set, and `AGENTRY_TOKEN` removed
@@ -285,18 +291,9 @@ fn controller_and_worker_share_a_token_from_the_environment() {
     ]);
     let token = agentry::serve::Token::new(TOKEN).unwrap();
     let client = agentry::serve::ControllerClient::new(&api).with_token(Some(token));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     // The worker's heartbeat and the controller's sync both carry the token, or no session
     // could start.
-    let started = loop {
-        match client.start_sample("kg", &agentry::serve::protocol::TaskIndex::Int(4)) {
-            Ok(started) => break started,
-            Err(e) => {
-                assert!(std::time::Instant::now() < deadline, "no session: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        }
-    };
+    let started = first_session(&client);
     assert_eq!(started.messages[0]["role"], "user");
     let without = agentry::serve::ControllerClient::new(&api);
     match without.cancel(started.session_id) {

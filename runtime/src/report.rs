@@ -345,6 +345,23 @@ impl Run {
         if let Some(skipped) = self.summary["skipped_steps"].as_u64() {
             let _ = writeln!(md, "| steps skipped (every advantage zero) | {skipped} |");
         }
+        let nonfinite: usize = self
+            .records
+            .iter()
+            .map(|r| match r {
+                Record::Sft {
+                    skipped_nonfinite, ..
+                } => usize::from(*skipped_nonfinite),
+                Record::Rl(rl) => rl.skipped_nonfinite,
+                Record::Eval { .. } => 0,
+            })
+            .sum();
+        if nonfinite > 0 {
+            let _ = writeln!(
+                md,
+                "| updates skipped (loss or gradient not finite) | {nonfinite} |"
+            );
+        }
         let eval = &self.experiment["eval"];
         let decodings: Vec<&str> = self.decodings().iter().map(|d| d.name()).collect();
         let _ = writeln!(

@@ -927,6 +927,11 @@ fn nonfinite_updates_are_skipped_counted_and_stop_the_run_after_the_limit() {
             (&0.0.into(), &0.0.into())
         );
     }
+    let report = std::fs::read_to_string(summary.run_dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("| updates skipped (loss or gradient not finite) | 2 |"),
+        "{report}"
+    );
     // The skipped updates left the weights as step 1 made them: finite.
     let policy = config(&summary.run_dir)
         .init::<Flex>(&Default::default())

@@ -22,6 +22,26 @@ struct PythonWorker {
 }
 
 impl PythonWorker {
+    /// Starts AgentRL's `guess` worker on a free loopback port, registering with the
+    /// controller at `controller`; returns it and the address it serves at.
+    fn start(python: &str, controller: &str) -> (PythonWorker, String) {
+        let port = free_port();
+        let address = format!("http://127.0.0.1:{port}/api");
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+        let log = std::env::temp_dir().join(format!("agentry-python-worker-{port}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(python)
+            .args(["-m", "agentrl.worker", "guess", "--config", "guess.yaml"])
+            .args(["--controller", controller, "--self", &address])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .current_dir(&dir)
+            .stdout(Stdio::from(out.try_clone().unwrap()))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {python}: {e}"));
+        (PythonWorker { child, log }, address)
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -56,21 +76,7 @@ fn agentrl_python_workers_serve_through_our_controller() {
     config.http_threads = 2;
     let controller = agentry_serve::controller::serve(config).unwrap();
 
-    let port = free_port();
-    let address = format!("http://127.0.0.1:{port}/api");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python");
-    let log = std::env::temp_dir().join(format!("agentry-python-worker-{port}.log"));
-    let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new(&python)
-        .args(["-m", "agentrl.worker", "guess", "--config", "guess.yaml"])
-        .args(["--controller", &controller.url(), "--self", &address])
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .current_dir(&dir)
-        .stdout(Stdio::from(out.try_clone().unwrap()))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {python}: {e}"));
-    let worker = PythonWorker { child, log };
+    let (worker, address) = PythonWorker::start(&python, &controller.url());
 
     // The first heartbeat may come before the worker listens (protocol §6): poll.
     let alive = std::panic::catch_unwind(|| wait_for_worker(&controller, "guess", &address));
@@ -191,21 +197,7 @@ fn a_controller_with_a_token_refuses_agentrl_python_workers() {
     config.token = Some(agentry_serve::Token::new("py-s3cret").unwrap());
     let controller = agentry_serve::controller::serve(config).unwrap();
 
-    let port = free_port();
-    let address = format!("http://127.0.0.1:{port}/api");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python");
-    let log = std::env::temp_dir().join(format!("agentry-python-worker-{port}.log"));
-    let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new(&python)
-        .args(["-m", "agentrl.worker", "guess", "--config", "guess.yaml"])
-        .args(["--controller", &controller.url(), "--self", &address])
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .current_dir(&dir)
-        .stdout(Stdio::from(out.try_clone().unwrap()))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {python}: {e}"));
-    let worker = PythonWorker { child, log };
+    let (worker, address) = PythonWorker::start(&python, &controller.url());
 
     // Its first heartbeat is sent at startup; wait for the refusal in its log.
     let refused = std::panic::catch_unwind(|| {
