@@ -197,7 +197,7 @@ fn a_controller_with_a_token_refuses_agentrl_python_workers() {
     config.token = Some(agentry_serve::Token::new("py-s3cret").unwrap());
     let controller = agentry_serve::controller::serve(config).unwrap();
 
-    let (worker, address) = PythonWorker::start(&python, &controller.url());
+    let (worker, _) = PythonWorker::start(&python, &controller.url());
 
     // Its first heartbeat is sent at startup; wait for the refusal in its log.
     let refused = std::panic::catch_unwind(|| {
