@@ -17,3 +17,62 @@ fn generated_code_of_every_recipe() {
         insta::assert_snapshot!(code);
     });
 }
+
+/// The user's task `experiments/custom_env.arl` names (`crate::envs::Lights`).
+#[path = "../examples/custom_env/envs.rs"]
+mod envs;
+
+/// The recipes compiled through the macro, as a user's program would.
+mod compiled {
+    agentry::experiment!("experiments/ablations.arl");
+    agentry::experiment!("experiments/agentrl.arl");
+    agentry::experiment!("experiments/custom_env.arl");
+    agentry::experiment!("experiments/monte_carlo_kg.arl");
+    agentry::experiment!("experiments/ppo_kg.arl");
+    agentry::experiment!("experiments/quickstart.arl");
+    agentry::experiment!("experiments/reinforce_pp_kg.arl");
+    agentry::experiment!("experiments/rloo_kg.arl");
+    agentry::experiment!("experiments/specialists.arl");
+}
+
+/// The code each recipe expands to builds exactly the spec the checker returns for its file:
+/// codegen forgets no field and writes none differently (a default, a variant, a float).
+#[test]
+fn generated_code_builds_the_checked_spec() {
+    use agentry::Experiment;
+    use compiled::*;
+    let compiled: [(&str, &dyn Experiment); 9] = [
+        ("ablations.arl", &Ablations),
+        ("agentrl.arl", &Agentrl),
+        ("custom_env.arl", &CustomEnv),
+        ("monte_carlo_kg.arl", &MonteCarloKg),
+        ("ppo_kg.arl", &PpoKg),
+        ("quickstart.arl", &Quickstart),
+        ("reinforce_pp_kg.arl", &ReinforcePpKg),
+        ("rloo_kg.arl", &RlooKg),
+        ("specialists.arl", &Specialists),
+    ];
+    let mut recipes: Vec<String> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/experiments"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".arl"))
+            .collect();
+    recipes.sort();
+    let listed: Vec<&str> = compiled.iter().map(|(name, _)| *name).collect();
+    assert_eq!(
+        recipes, listed,
+        "every recipe is compiled here: add the new one to `compiled`"
+    );
+    for (name, experiment) in compiled {
+        let path = format!("{}/experiments/{name}", env!("CARGO_MANIFEST_DIR"));
+        let source = std::fs::read_to_string(&path).unwrap();
+        let checked =
+            agentry::dsl::check(&source).unwrap_or_else(|d| panic!("{}", d.render(name, &source)));
+        assert_eq!(
+            experiment.spec(),
+            checked,
+            "{name}: the generated spec differs from the checked one"
+        );
+    }
+}
