@@ -1,7 +1,8 @@
-//! The generated code of every recipe in `experiments/`, pretty-printed and snapshotted.
+//! The generated code of every recipe in `experiments/`: pretty-printed and snapshotted, and
+//! compiled, building the very spec the checker returns.
 //!
-//! One glob covers every file, so a new recipe is covered without a new test. Review changes
-//! with `cargo insta review`.
+//! One glob covers every file for the snapshots, so a new recipe is covered without a new test.
+//! Review changes with `cargo insta review`.
 
 #[test]
 fn generated_code_of_every_recipe() {
