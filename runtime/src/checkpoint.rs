@@ -418,6 +418,22 @@ fn comparable(spec: &spec::Experiment) -> serde_json::Result<serde_json::Value> 
     Ok(value)
 }
 
+/// The experiment a checkpoint stored, as this version reads it: a key added to the language
+/// since the checkpoint was written takes its default (the value the run was trained with),
+/// so a checkpoint outlives new keys. `train.steps`, left out of the stored form, is lent from
+/// `spec` to read it and left out again. What this version cannot read stays as stored, and
+/// the comparison says where it differs.
+fn upgraded(stored: &serde_json::Value, spec: &spec::Experiment) -> serde_json::Value {
+    let mut value = stored.clone();
+    if let Some(train) = value.get_mut("train").and_then(|t| t.as_object_mut()) {
+        train.insert("steps".into(), spec.train.steps.into());
+    }
+    serde_json::from_value::<spec::Experiment>(value)
+        .ok()
+        .and_then(|read| comparable(&read).ok())
+        .unwrap_or_else(|| stored.clone())
+}
+
 /// Up to `limit` paths where `a` and `b` differ, with both values.
 fn differences(a: &serde_json::Value, b: &serde_json::Value, at: &str, out: &mut Vec<String>) {
     use serde_json::Value;
@@ -691,7 +707,7 @@ impl Checkpoint {
         }
         let now = comparable(spec).map_err(|e| mismatch(e.to_string()))?;
         let mut diffs = Vec::new();
-        differences(&self.header.spec, &now, "", &mut diffs);
+        differences(&upgraded(&self.header.spec, spec), &now, "", &mut diffs);
         if !diffs.is_empty() {
             return Err(mismatch(format!(
                 "the experiment changed since it was written: {}; a run resumes only with the \

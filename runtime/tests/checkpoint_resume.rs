@@ -589,6 +589,32 @@ fn corrupt_checkpoints_are_rejected() {
     header["tokenizer"] = serde_json::Value::String(r#"{"format": "other", "pieces": []}"#.into());
     bad_tokenizer[0] = serde_json::to_vec(&header).unwrap();
     expect(&assemble(&bad_tokenizer), "unknown format");
+    // A checkpoint written before a key existed (here `train.max_nonfinite_skips`) was trained
+    // with its default, and still matches the experiment.
+    let mut older = parts.clone();
+    let mut header: serde_json::Value = serde_json::from_slice(&parts[0]).unwrap();
+    let train = header["spec"]["train"].as_object_mut().unwrap();
+    assert!(train.remove("max_nonfinite_skips").is_some());
+    older[0] = serde_json::to_vec(&header).unwrap();
+    let spec = experiment(&one_step()).0;
+    let task_versions: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(header["task_versions"].clone()).unwrap();
+    let path = run_dir.join("older.ckpt");
+    std::fs::write(&path, assemble(&older)).unwrap();
+    let checkpoint = Checkpoint::read(&path).unwrap();
+    checkpoint
+        .check_matches(&spec, &task_versions)
+        .expect("a key's default matches a checkpoint written before the key");
+    // With another value it does not, and the difference is named.
+    let mut changed = spec.clone();
+    changed.train.max_nonfinite_skips = 7;
+    let error = checkpoint
+        .check_matches(&changed, &task_versions)
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("train.max_nonfinite_skips"),
+        "{error}"
+    );
     let garbage: Vec<u8> = (0..4000u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
