@@ -953,3 +953,150 @@ fn run_warns_of_a_task_whose_demonstrations_never_fit_the_context() {
         "{stdout}"
     );
 }
+
+/// Every file of a run directory, by path relative to it, with its bytes; `metrics.jsonl`
+/// without its wall-clock fields (`*_seconds`, `trajectories_per_second`), and without what
+/// names the directory or measures time: `summary.json`'s `run_dir`, `report.md` and `plots/`
+/// (they show timings) and `checkpoints/` (a checkpoint records the byte length of
+/// `metrics.jsonl`, timings included; `policy.mpk` holds the final weights), and `policy.mpk`
+/// without its parameters' ids ([`without_param_ids`]).
+fn run_contents(run: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if path.is_dir() {
+                if name != "plots" && name != "checkpoints" {
+                    walk(root, &path, out);
+                }
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            let bytes = match name.as_str() {
+                "report.md" => continue,
+                "metrics.jsonl" => {
+                    let lines: Vec<serde_json::Value> = String::from_utf8(bytes)
+                        .unwrap()
+                        .lines()
+                        .map(|line| {
+                            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+                            if let Some(object) = value.as_object_mut() {
+                                object.retain(|key, _| {
+                                    !key.ends_with("_seconds") && key != "trajectories_per_second"
+                                });
+                            }
+                            value
+                        })
+                        .collect();
+                    serde_json::to_vec_pretty(&lines).unwrap()
+                }
+                "summary.json" => {
+                    let mut value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                    value.as_object_mut().unwrap().remove("run_dir");
+                    serde_json::to_vec_pretty(&value).unwrap()
+                }
+                "policy.mpk" => without_param_ids(bytes),
+                _ => bytes,
+            };
+            out.push((name, bytes));
+        }
+    }
+    let mut out = Vec::new();
+    walk(run, run, &mut out);
+    out.sort();
+    out
+}
+
+/// burn's recorded weights with each parameter's id blanked: burn draws a parameter's id
+/// (`ParamId`, 13 characters, MessagePack `"id": <str8 of 13>`) from a generator it does not
+/// seed, so ids differ between processes while the tensors' bytes do not.
+fn without_param_ids(mut bytes: Vec<u8>) -> Vec<u8> {
+    const KEY: &[u8] = b"\xa2id\xad";
+    let mut i = 0;
+    while i + KEY.len() + 13 <= bytes.len() {
+        if &bytes[i..i + KEY.len()] == KEY {
+            bytes[i + KEY.len()..i + KEY.len() + 13].fill(b'_');
+            i += KEY.len() + 13;
+        } else {
+            i += 1;
+        }
+    }
+    bytes
+}
+
+#[test]
+fn a_seed_gives_the_same_run_with_one_rayon_thread_or_two() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-threads");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let file = root.join("threads.arl");
+    // Warm-up, RL with sampling, and both decodings of the evaluation: every place the backend
+    // computes (matmuls, reductions, softmax, the optimizer) and the RNG is drawn.
+    std::fs::write(
+        &file,
+        r#"experiment threads {
+    seed = 11
+    device = flex
+    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 } }
+    task kg { env = kg, max_turns = 2, difficulty = 1 }
+    algorithm grpo { group_size = 2 }
+    train {
+        steps = 2, batch = 4, lr = 1e-3, max_new_tokens = 8
+        warmup = sft { steps = 2, demonstrations = 4, batch = 2 }
+    }
+    eval { episodes = 3, decoding = both }
+}
+"#,
+    )
+    .unwrap();
+    let runs: Vec<Vec<(String, Vec<u8>)>> = ["1", "2"]
+        .map(|threads| {
+            let out_dir = root.join(format!("threads-{threads}"));
+            let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
+                .args(["run", file.to_str().unwrap(), "--quiet", "--out"])
+                .arg(&out_dir)
+                .env("RAYON_NUM_THREADS", threads)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .expect("the agentry binary runs");
+            assert!(
+                out.status.success(),
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let mut dirs = run_dirs(&out_dir);
+            assert_eq!(dirs.len(), 1, "{dirs:?}");
+            run_contents(&dirs.pop().unwrap())
+        })
+        .into_iter()
+        .collect();
+    let names = |run: &[(String, Vec<u8>)]| run.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&runs[0]), names(&runs[1]));
+    for ((name, one), (_, two)) in runs[0].iter().zip(&runs[1]) {
+        assert!(
+            one == two,
+            "{name} differs between RAYON_NUM_THREADS=1 and =2:\n{}\n---\n{}",
+            String::from_utf8_lossy(one),
+            String::from_utf8_lossy(two)
+        );
+    }
+    for expected in [
+        "metrics.jsonl",
+        "summary.json",
+        "policy.mpk",
+        "episodes/final.jsonl",
+        "episodes/final-sampled.jsonl",
+        "samples-final.txt",
+    ] {
+        assert!(
+            names(&runs[0]).iter().any(|n| n == expected),
+            "{expected} missing: {:?}",
+            names(&runs[0])
+        );
+    }
+}
