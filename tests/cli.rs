@@ -2,6 +2,10 @@
 
 use std::process::Command;
 
+/// Scratch directories and the metrics-without-timings reader, shared with the runtime's tests.
+#[path = "../runtime/tests/common/mod.rs"]
+mod common;
+
 fn agentry(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_agentry"))
         .args(args)
@@ -308,9 +312,7 @@ fn a_remote_task_reaches_a_controller_with_the_token_in_the_environment() {
     let mut config = agentry::serve::ControllerConfig::new("127.0.0.1:0".parse().unwrap());
     config.token = Some(agentry::serve::Token::new("run-s3cret").unwrap());
     let controller = agentry::serve::controller::serve(config).unwrap();
-    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-remote-token");
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::scratch_in("cli", "cli-remote-token");
     let file = root.join("remote.arl");
     std::fs::write(
         &file,
@@ -365,9 +367,7 @@ experiment cli_remote {{
 /// error (exit 1, no panic).
 #[test]
 fn replay_checks_a_recorded_episode_and_exits_1_on_a_difference() {
-    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-replay");
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::scratch_in("cli", "cli-replay");
     let file = root.join("tiny.arl");
     std::fs::write(
         &file,
@@ -456,9 +456,7 @@ fn report_of_a_directory_that_is_not_a_run_is_an_error() {
 /// `summary.json` (the run has not finished).
 #[test]
 fn report_regenerates_the_report_of_a_run_directory() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-by-hand");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_in("cli", "report-by-hand");
     std::fs::write(
         dir.join("experiment.json"),
         r#"{"name":"by_hand","seed":3,"device":"flex","algorithm":{"kind":"grpo"},
@@ -585,9 +583,7 @@ fn two_seed_cell(a: f64, b: f64) -> String {
 
 #[test]
 fn run_expands_a_sweep_and_compare_tabulates_it() {
-    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-sweep");
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::scratch_in("cli", "cli-sweep");
     let file = root.join("tiny_sweep.arl");
     std::fs::write(&file, SWEEP).unwrap();
     let out_dir = root.join("runs");
@@ -732,9 +728,7 @@ fn run_expands_a_sweep_and_compare_tabulates_it() {
 
 #[test]
 fn compare_of_a_bad_run_names_the_file() {
-    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-compare-bad");
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::scratch_in("cli", "cli-compare-bad");
     std::fs::write(root.join("metrics.jsonl"), "{\"phase\":\"eval\"\n").unwrap();
     std::fs::write(
         root.join("config.json"),
@@ -756,9 +750,7 @@ fn compare_of_a_bad_run_names_the_file() {
 
 #[test]
 fn resume_continues_one_configuration_of_a_sweep() {
-    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-sweep-resume");
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::scratch_in("cli", "cli-sweep-resume");
     let file = root.join("tiny_sweep.arl");
     let source = SWEEP.replace(
         "steps = 1, batch = 2,",
@@ -839,9 +831,7 @@ fn twin(name: &str, entropy: f64) -> String {
 
 #[test]
 fn run_of_several_files_checks_them_all_first_and_shares_their_warmups() {
-    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-several");
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::scratch_in("cli", "cli-several");
     let (one, two, bad) = (
         root.join("one.arl"),
         root.join("two.arl"),
@@ -901,9 +891,7 @@ fn run_of_several_files_checks_them_all_first_and_shares_their_warmups() {
 
 #[test]
 fn run_warns_of_a_task_whose_demonstrations_never_fit_the_context() {
-    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-unteachable");
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::scratch_in("cli", "cli-unteachable");
     let file = root.join("short_context.arl");
     // A WebShop oracle episode (instruction, a results page, an item page) is longer than 128
     // tokens; a KG one is not.
@@ -979,20 +967,7 @@ fn run_contents(run: &std::path::Path) -> Vec<(String, Vec<u8>)> {
             let bytes = match name.as_str() {
                 "report.md" => continue,
                 "metrics.jsonl" => {
-                    let lines: Vec<serde_json::Value> = String::from_utf8(bytes)
-                        .unwrap()
-                        .lines()
-                        .map(|line| {
-                            let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
-                            if let Some(object) = value.as_object_mut() {
-                                object.retain(|key, _| {
-                                    !key.ends_with("_seconds") && key != "trajectories_per_second"
-                                });
-                            }
-                            value
-                        })
-                        .collect();
-                    serde_json::to_vec_pretty(&lines).unwrap()
+                    serde_json::to_vec_pretty(&common::metrics_without_timings(root)).unwrap()
                 }
                 "summary.json" => {
                     let mut value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
@@ -1030,9 +1005,7 @@ fn without_param_ids(mut bytes: Vec<u8>) -> Vec<u8> {
 
 #[test]
 fn a_seed_gives_the_same_run_with_one_rayon_thread_or_two() {
-    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-threads");
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::scratch_in("cli", "cli-threads");
     let file = root.join("threads.arl");
     // Warm-up, RL with sampling, and both decodings of the evaluation: every place the backend
     // computes (matmuls, reductions, softmax, the optimizer) and the RNG is drawn.
