@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch twin of the training half of `examples/bench_policy.rs`.
+"""PyTorch twin of `examples/bench_policy.rs`: the training step, and (`--generate`) KV-cache
+generation with transformers' `generate`.
 
 The same policy transformer as Agentry's (pre-norm blocks: RMSNorm, causal multi-head attention
 with rotate-half rotary embeddings, SwiGLU; final RMSNorm; LM head tied to the embedding; no
@@ -7,7 +8,12 @@ biases), the same batch of random tokens, and the same step: next-token cross-en
 global gradient-norm clipping at 1, AdamW (lr 1e-3, weight decay 0.01, betas 0.9/0.999). It
 prints `tokens_per_second=N` for `bench_policy --torch` to compare against.
 
-    python3 benches/bench_policy.py [--quick] [--batch 16 --seq 256 ...]
+With `--generate` it builds the same shapes as a transformers `LlamaForCausalLM` (random weights,
+grouped-query heads, tied or untied head), samples `--new-tokens` tokens (temperature 1, no top-k,
+no early stop) for `--batch` random prompts of `--prompt` tokens, and prints
+`new_tokens_per_second=N` (prefill included, after one untimed short run).
+
+    python3 benches/bench_policy.py [--quick] [--batch 16 --seq 256 ...] [--generate]
 
 Without PyTorch it prints a skip message and exits 0: nothing in CI needs it.
 """
@@ -28,7 +34,7 @@ except ImportError:
 class Block(nn.Module):
     def __init__(self, d_model: int, heads: int, ffn: int):
         super().__init__()
-        self.heads = heads
+        self.heads = heads  # the training twin uses kv_heads == heads
         self.attn_norm = nn.RMSNorm(d_model, eps=1e-5)
         self.q = nn.Linear(d_model, d_model, bias=False)
         self.k = nn.Linear(d_model, d_model, bias=False)
@@ -97,6 +103,12 @@ def main():
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's own)")
+    parser.add_argument("--kv-heads", type=int, default=0, help="key/value heads (0: --heads)")
+    parser.add_argument("--ffn", type=int, default=0, help="SwiGLU width (0: 4 x d_model)")
+    parser.add_argument("--untied", action="store_true", help="an LM head of its own")
+    parser.add_argument("--prompt", type=int, default=16, help="prompt tokens (--generate)")
+    parser.add_argument("--new-tokens", type=int, default=256, help="new tokens (--generate)")
+    parser.add_argument("--generate", action="store_true", help="time generation instead")
     args = parser.parse_args()
     if args.quick:
         args.batch, args.seq, args.vocab, args.layers = 2, 32, 256, 2
@@ -105,6 +117,13 @@ def main():
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.generate:
+        generate(args)
+        return
+    if (args.kv_heads or args.heads) != args.heads or args.untied:
+        sys.exit("the training twin has kv_heads == heads and a tied head")
+    if (args.ffn or 4 * args.d_model) != 4 * args.d_model:
+        sys.exit("the training twin has ffn == 4 x d_model")
     model = Policy(args.vocab, args.layers, args.d_model, args.heads)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-5, weight_decay=0.01
@@ -132,6 +151,54 @@ def main():
         f"{seconds * 1e3:.1f} ms/step, {tokens_per_second:.0f} tokens/s"
     )
     print(f"tokens_per_second={tokens_per_second:.1f}")
+
+
+def generate(args):
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        print("skip: transformers is not installed (pip install transformers); nothing measured")
+        return
+    config = LlamaConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.d_model,
+        intermediate_size=args.ffn or 4 * args.d_model,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads or args.heads,
+        max_position_embeddings=args.prompt + args.new_tokens + 8,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=not args.untied,
+    )
+    model = LlamaForCausalLM(config).eval()
+    prompts = torch.randint(8, args.vocab, (args.batch, args.prompt))
+    mask = torch.ones_like(prompts)
+
+    def run(new_tokens):
+        with torch.inference_mode():
+            out = model.generate(
+                prompts,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=0,
+            )
+        return out.shape[1] - args.prompt
+
+    run(4)
+    started = time.perf_counter()
+    new = run(args.new_tokens)
+    seconds = time.perf_counter() - started
+    rate = args.batch * new / seconds
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads: "
+        f"{seconds * 1e3:.0f} ms, {rate:.0f} new tokens/s"
+    )
+    print(f"new_tokens_per_second={rate:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,30 +1,36 @@
-//! Policy speed on the CPU (burn's flex backend): training tokens per second, and batched
-//! generation tokens per second with the KV cache against recomputing without it, measured in
-//! one run on one model.
+//! Policy speed on the CPU (burn's flex backend with Agentry's fused kernels): training tokens
+//! per second, and batched generation tokens per second with the KV cache against recomputing
+//! without it, measured in one run on one model.
 //!
 //! ```text
-//! cargo run --release --example bench_policy                 # the issue's sizes (minutes)
+//! cargo run --release --example bench_policy                 # the small model (minutes)
 //! cargo run --release --example bench_policy -- --quick      # a tiny smoke run (seconds, CI)
-//! cargo run --release --example bench_policy -- --torch      # also time PyTorch on the same
-//!                                                            # model and batch (needs torch)
+//! cargo run --release --example bench_policy -- --torch      # also time PyTorch and
+//!                                                            # transformers on the same shapes
+//! cargo run --release --example bench_policy -- --model large --torch
+//! cargo run --release --example bench_policy -- --model smollm2 --batch 16 --torch
+//! cargo run --release --example bench_policy -- --decomposed # burn's ops, no fused kernels
 //! RAYON_NUM_THREADS=1 cargo run --release --example bench_policy -- --torch --only train
 //! ```
 //!
-//! burn's flex backend runs on rayon's pool (`RAYON_NUM_THREADS` sets its size); the PyTorch
-//! twin is given the same thread count. `--only train|generate` measures one half (for a
-//! profiler). Compare ratios from one run: on a shared machine absolute times drift.
+//! flex and the kernels run on rayon's pool (`RAYON_NUM_THREADS` sets its size; the header
+//! prints it); the PyTorch twin is given the same thread count. `--only train|generate`
+//! measures one half (for a profiler). Compare ratios from one run: on a shared machine
+//! absolute times drift.
 //!
-//! The model is the issue's: 4 layers, d_model 128, 4 heads, vocabulary 2048, SwiGLU width
-//! 512 (the language's default, 4 × d_model), tied embeddings. Training is one step of
-//! forward, backward, global gradient-norm clipping and AdamW on 16 sequences of 256 positions,
-//! two ways: a plain language-model loss (what `benches/bench_policy.py` times in PyTorch) and
-//! the trainer's own SFT loss ([`Policy::scored_logprobs`] on the scored positions).
-//! Generation samples 256 new tokens for 16 prompts of 16 tokens,
-//! first with the KV cache ([`generate`]), then recomputing every step ([`generate_uncached`]),
-//! from the same seed, so both must produce the same tokens.
+//! Models: `small` (4 layers, d_model 128, 4 heads, vocabulary 2048, SwiGLU 512, tied; batch
+//! 16 × 256), `large` (8 layers, d_model 256, 8 heads, SwiGLU 1024; batch 8 × 512) and
+//! `smollm2` (SmolLM2-135M's shape with random weights: 30 layers, d_model 576, 9 heads / 3
+//! key-value heads, SwiGLU 1536, vocabulary 49152, tied; generation only, 300-token prompts, 64
+//! new tokens, batch 4 unless `--batch`). Training is one step of forward, backward, global
+//! gradient-norm clipping and AdamW, two ways: a plain language-model loss from the full logits
+//! and the trainer's own SFT loss ([`Policy::scored_logprobs`]: the fused LM head), with the
+//! page faults per step. Generation samples a fixed number of new tokens per prompt with the
+//! KV cache ([`generate`]) and, for the small models, again recomputing every step
+//! ([`generate_uncached`]) from the same seed, so both must produce the same tokens.
 //!
-//! Targets (issue 4): generation at least 10× the no-cache baseline at 256 new tokens; training
-//! within 2× of PyTorch on CPU.
+//! Targets (issue 16): training at least 1.2× PyTorch's tokens per second at 1 and 2 threads;
+//! KV-cache generation at least 2× transformers' `generate`.
 
 use std::path::Path;
 use std::process::Command;
@@ -73,6 +79,18 @@ struct Args {
     /// Measure only training (`train`) or only generation (`generate`), e.g. under a profiler.
     #[arg(long, value_parser = ["all", "train", "generate"], default_value = "all")]
     only: String,
+    /// The model: `small` (the default: 4 layers, d_model 128), `large` (8 layers, d_model
+    /// 256, 512 positions) or `smollm2` (SmolLM2-135M's shape with random weights: 30 layers,
+    /// d_model 576, 9 heads / 3 key-value heads, vocabulary 49152; prompts of 300 tokens, 64
+    /// new; generation only).
+    #[arg(long, value_parser = ["small", "large", "smollm2"], default_value = "small")]
+    model: String,
+    /// Skip the no-cache generation baseline (it grows with the square of the length).
+    #[arg(long)]
+    no_uncached: bool,
+    /// Run burn's decomposed ops instead of the fused kernels (what the kernels replace).
+    #[arg(long)]
+    decomposed: bool,
 }
 
 /// The sizes of one benchmark run.
@@ -82,6 +100,9 @@ struct Sizes {
     layers: usize,
     d_model: usize,
     heads: usize,
+    kv_heads: usize,
+    ffn: usize,
+    tie_embeddings: bool,
     batch: usize,
     seq: usize,
     new_tokens: usize,
@@ -99,6 +120,9 @@ impl Sizes {
                 layers: 2,
                 d_model: 32,
                 heads: 2,
+                kv_heads: 2,
+                ffn: 128,
+                tie_embeddings: true,
                 batch: 2,
                 seq: 32,
                 new_tokens: 16,
@@ -107,17 +131,46 @@ impl Sizes {
                 quick: true,
             }
         } else {
-            Sizes {
+            let small = Sizes {
                 vocab: 2048,
                 layers: 4,
                 d_model: 128,
                 heads: 4,
+                kv_heads: 4,
+                ffn: 512,
+                tie_embeddings: true,
                 batch: 16,
                 seq: 256,
                 new_tokens: 256,
                 prompt: args.prompt,
                 steps: args.steps,
                 quick: false,
+            };
+            match args.model.as_str() {
+                "large" => Sizes {
+                    layers: 8,
+                    d_model: 256,
+                    heads: 8,
+                    kv_heads: 8,
+                    ffn: 1024,
+                    batch: 8,
+                    seq: 512,
+                    ..small
+                },
+                "smollm2" => Sizes {
+                    vocab: 49152,
+                    layers: 30,
+                    d_model: 576,
+                    heads: 9,
+                    kv_heads: 3,
+                    ffn: 1536,
+                    batch: 4,
+                    seq: 300,
+                    new_tokens: 64,
+                    prompt: 300,
+                    ..small
+                },
+                _ => small,
             }
         };
         sizes.batch = args.batch.unwrap_or(sizes.batch);
@@ -133,51 +186,75 @@ impl Sizes {
             layers: self.layers,
             d_model: self.d_model,
             heads: self.heads,
-            kv_heads: self.heads,
-            ffn: 4 * self.d_model,
+            kv_heads: self.kv_heads,
+            ffn: self.ffn,
             context: (self.seq + 1).max(self.prompt + self.new_tokens),
-            tie_embeddings: true,
+            tie_embeddings: self.tie_embeddings,
         }
     }
 }
 
 fn main() -> agentry::Result<()> {
     let args = Args::parse();
-    let sizes = Sizes::of(&args);
+    if args.decomposed {
+        agentry::model::kernels::with_decomposed_ops(|| measure(&args))
+    } else {
+        measure(&args)
+    }
+}
+
+fn measure(args: &Args) -> agentry::Result<()> {
+    let sizes = Sizes::of(args);
     let config = sizes.config();
-    // burn's flex backend runs on rayon's global pool, which honours RAYON_NUM_THREADS; the
-    // PyTorch twin is given the same count.
-    let threads = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .filter(|&n: &usize| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    // burn's flex backend and Agentry's kernels run on rayon's global pool, which honours
+    // RAYON_NUM_THREADS; the PyTorch twin is given the same count.
+    let threads = rayon::current_num_threads();
     println!(
-        "bench_policy{}: {} layers, d_model {}, {} heads, ffn {}, vocab {}, tied embeddings; \
-         flex backend, {threads} CPU threads",
+        "bench_policy{}{} --model {}: {} layers, d_model {}, {} heads / {} key-value heads, \
+         ffn {}, vocab {}, {} embeddings; flex backend, {threads} CPU thread{}",
         if args.quick { " --quick" } else { "" },
+        if args.decomposed { " --decomposed" } else { "" },
+        args.model,
         sizes.layers,
         sizes.d_model,
         sizes.heads,
+        sizes.kv_heads,
         config.ffn,
         sizes.vocab,
+        if sizes.tie_embeddings {
+            "tied"
+        } else {
+            "untied"
+        },
+        if threads == 1 { "" } else { "s" },
     );
     let mut rng = ChaCha8Rng::seed_from_u64(0);
 
-    if args.only != "generate" {
-        let lm = bench_training(&sizes, &config, &mut rng);
+    if args.only != "generate" && args.model != "smollm2" {
+        let measured = bench_training(&sizes, &config, &mut rng);
         if args.torch {
-            torch(&sizes, threads, lm)?;
+            torch_training(&sizes, threads, measured)?;
         }
     }
     if args.only != "train" {
-        bench_generation(&sizes, &config, &mut rng)?;
+        let uncached = !args.no_uncached && args.model != "smollm2";
+        let tokens_per_second = bench_generation(&sizes, &config, &mut rng, uncached)?;
+        if args.torch {
+            torch_generation(&sizes, threads, tokens_per_second)?;
+        }
     }
     Ok(())
 }
 
-/// (a): prints both training measurements; returns the plain LM loss's tokens per second.
-fn bench_training(sizes: &Sizes, config: &PolicyConfig, rng: &mut ChaCha8Rng) -> f64 {
+/// Tokens per second of the two training losses.
+#[derive(Clone, Copy, Debug)]
+struct Training {
+    lm: f64,
+    sft: f64,
+}
+
+/// (a): prints both training measurements.
+fn bench_training(sizes: &Sizes, config: &PolicyConfig, rng: &mut ChaCha8Rng) -> Training {
     let rows: Vec<Vec<u32>> = (0..sizes.batch)
         .map(|_| random_tokens(rng, sizes.seq + 1, sizes.vocab))
         .collect();
@@ -189,25 +266,32 @@ fn bench_training(sizes: &Sizes, config: &PolicyConfig, rng: &mut ChaCha8Rng) ->
     );
     let lm = time_training(config, &rows, sizes.steps, Loss::Lm);
     let sft = time_training(config, &rows, sizes.steps, Loss::Sft);
-    for (name, time) in [
-        ("plain LM loss (as in PyTorch)", lm),
-        ("trainer's SFT loss", sft),
+    for (name, (time, faults)) in [
+        ("plain LM loss (full logits)", lm),
+        ("trainer's SFT loss (fused head)", sft),
     ] {
         println!(
-            "  {name:<32} {:>8.1} ms/step  {:>8.0} tokens/s",
+            "  {name:<32} {:>8.1} ms/step  {:>8.0} tokens/s  {}",
             time.as_secs_f64() * 1e3,
-            tokens_per_step / time.as_secs_f64()
+            tokens_per_step / time.as_secs_f64(),
+            faults.map_or(String::new(), |f| format!("{f} page faults/step"))
         );
     }
-    tokens_per_step / lm.as_secs_f64()
+    let (lm, sft) = (lm.0, sft.0);
+    Training {
+        lm: tokens_per_step / lm.as_secs_f64(),
+        sft: tokens_per_step / sft.as_secs_f64(),
+    }
 }
 
-/// (b): generation with and without the KV cache, from the same seed.
+/// (b): generation with the KV cache and, when asked, without it, from the same seed; returns
+/// the cached generation's new tokens per second.
 fn bench_generation(
     sizes: &Sizes,
     config: &PolicyConfig,
     rng: &mut ChaCha8Rng,
-) -> agentry::Result<()> {
+    uncached: bool,
+) -> agentry::Result<f64> {
     println!(
         "\n(b) generation: {} prompts of {} tokens, {} new tokens each, temperature 1, same seed",
         sizes.batch, sizes.prompt, sizes.new_tokens
@@ -217,6 +301,8 @@ fn bench_generation(
     let prompts: Vec<Vec<u32>> = (0..sizes.batch)
         .map(|_| random_tokens(rng, sizes.prompt, sizes.vocab))
         .collect();
+    // Every row generates exactly `new_tokens` (no stop token), as transformers' `generate`
+    // with `min_new_tokens` does on the PyTorch side.
     let sampling = Sampling {
         max_new_tokens: sizes.new_tokens,
         ..Sampling::default()
@@ -239,6 +325,17 @@ fn bench_generation(
         &mut ChaCha8Rng::seed_from_u64(2),
     );
     let cached_time = started.elapsed();
+    let new_tokens: usize = cached.iter().map(|g| g.tokens.len()).sum();
+    let rate = |time: Duration| new_tokens as f64 / time.as_secs_f64();
+    println!(
+        "  {:<32} {:>8.0} ms        {:>8.0} new tokens/s (prefill included)",
+        "KV cache",
+        cached_time.as_secs_f64() * 1e3,
+        rate(cached_time)
+    );
+    if !uncached {
+        return Ok(rate(cached_time));
+    }
     let started = Instant::now();
     let uncached = generate_uncached(
         &policy,
@@ -247,28 +344,23 @@ fn bench_generation(
         &mut ChaCha8Rng::seed_from_u64(2),
     );
     let uncached_time = started.elapsed();
-    let new_tokens: usize = cached.iter().map(|g| g.tokens.len()).sum();
     let same = cached
         .iter()
         .zip(&uncached)
         .all(|(c, u)| c.tokens == u.tokens);
-    for (name, time) in [
-        ("KV cache", cached_time),
-        ("recompute, no cache", uncached_time),
-    ] {
-        println!(
-            "  {name:<32} {:>8.0} ms        {:>8.0} new tokens/s",
-            time.as_secs_f64() * 1e3,
-            new_tokens as f64 / time.as_secs_f64()
-        );
-    }
+    println!(
+        "  {:<32} {:>8.0} ms        {:>8.0} new tokens/s",
+        "recompute, no cache",
+        uncached_time.as_secs_f64() * 1e3,
+        rate(uncached_time)
+    );
     println!(
         "  cache speed-up: {:.1}x{}; same tokens both ways: {same}",
         uncached_time.as_secs_f64() / cached_time.as_secs_f64(),
         if sizes.quick { "" } else { " (target >= 10x)" }
     );
     anyhow::ensure!(same, "cached and uncached generation disagree");
-    Ok(())
+    Ok(rate(cached_time))
 }
 
 fn random_tokens(rng: &mut ChaCha8Rng, len: usize, vocab: usize) -> Vec<u32> {
@@ -286,8 +378,14 @@ enum Loss {
     Sft,
 }
 
-/// The mean time of `steps` training steps on `rows`, after one untimed step.
-fn time_training(config: &PolicyConfig, rows: &[Vec<u32>], steps: usize, loss: Loss) -> Duration {
+/// The mean time of `steps` training steps on `rows`, after one untimed step, and the page
+/// faults per step (where the system counts them).
+fn time_training(
+    config: &PolicyConfig,
+    rows: &[Vec<u32>],
+    steps: usize,
+    loss: Loss,
+) -> (Duration, Option<u64>) {
     let device = Default::default();
     AD::seed(&device, 0);
     let mut policy: Policy<AD> = config.init(&device);
@@ -318,24 +416,42 @@ fn time_training(config: &PolicyConfig, rows: &[Vec<u32>], steps: usize, loss: L
         optimizer.step(1e-3, policy, grads)
     };
     policy = step(policy);
+    let faults = page_faults();
     let started = Instant::now();
     for _ in 0..steps {
         policy = step(policy);
     }
     // Read a weight back so every queued operation has finished before the clock stops.
     let _ = policy.valid().embed.weight.val().into_data();
-    started.elapsed() / steps as u32
+    let elapsed = started.elapsed() / steps as u32;
+    let faults = faults
+        .zip(page_faults())
+        .map(|(before, after)| (after - before) / steps as u64);
+    (elapsed, faults)
 }
 
-/// Runs the PyTorch twin of the training measurement and prints burn's speed relative to it.
-fn torch(sizes: &Sizes, threads: usize, burn_tokens_per_second: f64) -> agentry::Result<()> {
-    let target = if sizes.quick { "" } else { " (target <= 2x)" };
+/// Page faults of this process so far (minor and major, from `/proc/self/stat`); `None` where
+/// that file does not exist.
+fn page_faults() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesized command name: state is field 3, minflt 10, majflt 12.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let minor: u64 = fields.get(7)?.parse().ok()?;
+    let major: u64 = fields.get(9)?.parse().ok()?;
+    Some(minor + major)
+}
+
+/// Runs `benches/bench_policy.py` with the model's sizes and `extra` arguments; returns the
+/// value of its `key=` line, or `None` when PyTorch is unavailable (it says so).
+fn run_torch(
+    sizes: &Sizes,
+    threads: usize,
+    extra: &[&str],
+    key: &str,
+) -> agentry::Result<Option<f64>> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/bench_policy.py");
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
-    println!(
-        "\n(a') PyTorch, same model, batch and thread count ({python} {})",
-        script.display()
-    );
+    println!("  ({python} {} {})", script.display(), extra.join(" "));
     let output = Command::new(&python)
         .arg(&script)
         .args(["--batch", &sizes.batch.to_string()])
@@ -344,8 +460,18 @@ fn torch(sizes: &Sizes, threads: usize, burn_tokens_per_second: f64) -> agentry:
         .args(["--layers", &sizes.layers.to_string()])
         .args(["--d-model", &sizes.d_model.to_string()])
         .args(["--heads", &sizes.heads.to_string()])
+        .args(["--kv-heads", &sizes.kv_heads.to_string()])
+        .args(["--ffn", &sizes.ffn.to_string()])
+        .args(["--prompt", &sizes.prompt.to_string()])
+        .args(["--new-tokens", &sizes.new_tokens.to_string()])
         .args(["--steps", &sizes.steps.to_string()])
         .args(["--threads", &threads.to_string()])
+        .args(if sizes.tie_embeddings {
+            &[][..]
+        } else {
+            &["--untied"][..]
+        })
+        .args(extra)
         .output();
     let output = match output {
         Ok(output) if output.status.success() => output,
@@ -356,7 +482,7 @@ fn torch(sizes: &Sizes, threads: usize, burn_tokens_per_second: f64) -> agentry:
         ),
         Err(e) => {
             println!("  skipped: cannot run `{python}`: {e}");
-            return Ok(());
+            return Ok(None);
         }
     };
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -367,15 +493,38 @@ fn torch(sizes: &Sizes, threads: usize, burn_tokens_per_second: f64) -> agentry:
             .map(|l| format!("  {l}\n"))
             .collect::<String>()
     );
-    let torch_tokens_per_second = stdout
+    Ok(stdout
         .lines()
-        .find_map(|l| l.strip_prefix("tokens_per_second="))
-        .and_then(|v| v.trim().parse::<f64>().ok());
-    if let Some(torch) = torch_tokens_per_second {
-        println!(
-            "  burn step time / PyTorch step time: {:.2}x{target}",
-            torch / burn_tokens_per_second
-        );
-    }
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().parse::<f64>().ok()))
+}
+
+/// The PyTorch twin of the training measurement, and Agentry's speed relative to it.
+fn torch_training(sizes: &Sizes, threads: usize, burn: Training) -> agentry::Result<()> {
+    println!("\n(a') PyTorch, same model, batch and thread count");
+    let Some(torch) = run_torch(sizes, threads, &[], "tokens_per_second=")? else {
+        return Ok(());
+    };
+    let target = if sizes.quick { "" } else { " (target >= 1.2x)" };
+    println!(
+        "  Agentry tokens/s / PyTorch tokens/s: {:.2}x with the trainer's loss{target}, \
+         {:.2}x with the plain loss",
+        burn.sft / torch,
+        burn.lm / torch
+    );
+    Ok(())
+}
+
+/// transformers' `generate` on the same shapes, and Agentry's speed relative to it.
+fn torch_generation(sizes: &Sizes, threads: usize, burn: f64) -> agentry::Result<()> {
+    println!("\n(b') transformers `generate` (KV cache), same shapes, batch and thread count");
+    let Some(torch) = run_torch(sizes, threads, &["--generate"], "new_tokens_per_second=")? else {
+        return Ok(());
+    };
+    let target = if sizes.quick { "" } else { " (target >= 2x)" };
+    println!(
+        "  Agentry new tokens/s / transformers new tokens/s: {:.2}x{target}",
+        burn / torch
+    );
     Ok(())
 }

@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// Run only this seed of the sweep. Default: all of them.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// CPU threads of flex's kernels (rayon's pool). Default: `RAYON_NUM_THREADS`, else one
+    /// per core. Runs are the same for any count.
+    #[arg(long)]
+    pub threads: Option<std::num::NonZeroUsize>,
 }
 
 impl RunArgs {
@@ -68,6 +72,14 @@ impl RunArgs {
             resume: self.resume.clone(),
             shared_warmups: None,
         }
+    }
+
+    /// Sizes the CPU thread pool as `--threads` asks; call before any work.
+    pub fn init_threads(&self) -> Result<()> {
+        if let Some(threads) = self.threads {
+            device::set_cpu_threads(threads.get())?;
+        }
+        Ok(())
     }
 
     /// The runs of the sweep to run.
@@ -95,6 +107,7 @@ struct ExampleArgs {
 /// for a file with a sweep, the comparison table.
 pub fn main(experiment: impl Experiment) -> Result<()> {
     let args = ExampleArgs::parse();
+    args.run.init_threads()?;
     sweep::run(&experiment, &args.run.options(), &args.run.selection())?;
     Ok(())
 }

@@ -337,6 +337,7 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
     if files.len() > 1 && run.resume.is_some() {
         return Err("error: --resume continues one run: give only the file it belongs to".into());
     }
+    run.init_threads().map_err(|e| format!("error: {e}"))?;
     let specs = files
         .iter()
         .map(|file| {

@@ -69,7 +69,7 @@ fn check_run(summary: &RunSummary) {
 }
 
 /// Runs the tiny experiment on backend `B` and checks what it wrote.
-fn trains_on<B: burn::tensor::backend::AutodiffBackend>(name: &str, device: B::Device) {
+fn trains_on<B: agentry::model::TrainBackend>(name: &str, device: B::Device) {
     let _serial = serial();
     let spec = agentry::dsl::check(TINY).unwrap();
     let dir = tempdir::Dir::new(name);

@@ -944,7 +944,7 @@ fn run_warns_of_a_task_whose_demonstrations_never_fit_the_context() {
 
 /// Every file of a run directory, by path relative to it, with its bytes; `metrics.jsonl`
 /// without its wall-clock fields (`*_seconds`, `trajectories_per_second`), and without what
-/// names the directory or measures time: `summary.json`'s `run_dir`, `report.md` and `plots/`
+/// names the directory or measures time: `summary.json`'s `run_dir` and `cpu_threads`, `report.md` and `plots/`
 /// (they show timings) and `checkpoints/` (a checkpoint records the byte length of
 /// `metrics.jsonl`, timings included; `policy.mpk` holds the final weights), and `policy.mpk`
 /// without its parameters' ids ([`without_param_ids`]).
@@ -971,7 +971,12 @@ fn run_contents(run: &std::path::Path) -> Vec<(String, Vec<u8>)> {
                 }
                 "summary.json" => {
                     let mut value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-                    value.as_object_mut().unwrap().remove("run_dir");
+                    let value = value.as_object_mut().unwrap();
+                    value.remove("run_dir");
+                    // What the test varies; it must record it, truthfully.
+                    value
+                        .remove("cpu_threads")
+                        .expect("summary.json records cpu_threads");
                     serde_json::to_vec_pretty(&value).unwrap()
                 }
                 "policy.mpk" => without_param_ids(bytes),
@@ -1026,16 +1031,22 @@ fn a_seed_gives_the_same_run_with_one_rayon_thread_or_two() {
 "#,
     )
     .unwrap();
-    let runs: Vec<Vec<(String, Vec<u8>)>> = ["1", "2"]
+    // One thread from the environment, two from `--threads`: both ways of sizing the pool.
+    let runs: Vec<Vec<(String, Vec<u8>)>> = [1, 2]
         .map(|threads| {
             let out_dir = root.join(format!("threads-{threads}"));
-            let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
+            let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
+            command
                 .args(["run", file.to_str().unwrap(), "--quiet", "--out"])
                 .arg(&out_dir)
-                .env("RAYON_NUM_THREADS", threads)
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .output()
-                .expect("the agentry binary runs");
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            match threads {
+                1 => command.env("RAYON_NUM_THREADS", "1"),
+                _ => command
+                    .args(["--threads", "2"])
+                    .env_remove("RAYON_NUM_THREADS"),
+            };
+            let out = command.output().expect("the agentry binary runs");
             assert!(
                 out.status.success(),
                 "{}{}",
@@ -1044,7 +1055,14 @@ fn a_seed_gives_the_same_run_with_one_rayon_thread_or_two() {
             );
             let mut dirs = run_dirs(&out_dir);
             assert_eq!(dirs.len(), 1, "{dirs:?}");
-            run_contents(&dirs.pop().unwrap())
+            let dir = dirs.pop().unwrap();
+            let summary: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+            assert_eq!(
+                summary["cpu_threads"], threads,
+                "the summary records the pool's size"
+            );
+            run_contents(&dir)
         })
         .into_iter()
         .collect();

@@ -149,6 +149,42 @@ impl<'a> MatMut<'a> {
         MatMut::new(data, rows, cols, cols, 1)
     }
 
+    /// A shorter-lived view of the same elements, so one destination can take several
+    /// products (for example one per block of its rows).
+    pub fn reborrow(&mut self) -> MatMut<'_> {
+        MatMut {
+            data: &mut *self.data,
+            rows: self.rows,
+            cols: self.cols,
+            row_stride: self.row_stride,
+            col_stride: self.col_stride,
+        }
+    }
+
+    /// Rows `start..start + len` as a view.
+    pub fn rows_range(self, start: usize, len: usize) -> Self {
+        assert!(start + len <= self.rows, "rows out of range");
+        if len == 0 {
+            return MatMut { rows: 0, ..self };
+        }
+        let offset = start * self.row_stride;
+        MatMut {
+            data: &mut self.data[offset..],
+            rows: len,
+            ..self
+        }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
     /// The transposed view (no copy).
     pub fn t(self) -> Self {
         MatMut {
@@ -185,7 +221,11 @@ pub fn matmul(
     threads: Threads,
 ) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    assert_eq!(rhs.rows, k, "inner dimensions differ: {m}x{k} by {}x{n}", rhs.rows);
+    assert_eq!(
+        rhs.rows, k,
+        "inner dimensions differ: {m}x{k} by {}x{n}",
+        rhs.rows
+    );
     assert_eq!(
         (dst.rows, dst.cols),
         (m, n),
@@ -263,7 +303,14 @@ mod tests {
         let rhs = MatRef::row_major(&b, 5, 4).t().rows_range(0, 4).t();
         // rhs: the 5x4 matrix viewed as 4x5 then transposed back: 5x4; use lhs^T (3x5) · it.
         let mut out = vec![1.0; 12];
-        matmul(MatMut::row_major(&mut out, 3, 4), lhs.t(), rhs, 2.0, true, Threads::Pool);
+        matmul(
+            MatMut::row_major(&mut out, 3, 4),
+            lhs.t(),
+            rhs,
+            2.0,
+            true,
+            Threads::Pool,
+        );
         let expect = naive(lhs.t(), rhs);
         for (o, e) in out.iter().zip(&expect) {
             assert!((o - (1.0 + 2.0 * e)).abs() < 1e-5, "{o} vs {e}");

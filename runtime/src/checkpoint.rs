@@ -45,11 +45,12 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::Tensor;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::model::Policy;
+use crate::model::TrainBackend;
 use crate::monitor::Monitor;
 use crate::optim::PolicyOptimizer;
 use crate::text::{Tokenizer, Transcript};
@@ -240,7 +241,7 @@ pub type NetOptimizer<B> = PolicyOptimizer<Policy<B>, B>;
 pub type CriticState<B> = (Policy<B>, NetOptimizer<B>);
 
 /// What the trainer hands over to be saved, borrowed.
-pub struct Snapshot<'a, B: AutodiffBackend> {
+pub struct Snapshot<'a, B: TrainBackend> {
     /// The resolved experiment.
     pub spec: &'a spec::Experiment,
     /// Each task's generator version, by task name.
@@ -281,7 +282,7 @@ fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
     NamedMpkBytesRecorder::new()
 }
 
-impl<B: AutodiffBackend> Snapshot<'_, B> {
+impl<B: TrainBackend> Snapshot<'_, B> {
     /// Writes the checkpoint atomically to `run_dir/checkpoints/<phase>.ckpt`; returns its path.
     pub fn save(&self, run_dir: &Path) -> Result<PathBuf, CheckpointError> {
         let dir = run_dir.join(DIR);
@@ -370,7 +371,7 @@ impl<B: AutodiffBackend> Snapshot<'_, B> {
     }
 }
 
-fn optimizer_bytes<B: AutodiffBackend>(
+fn optimizer_bytes<B: TrainBackend>(
     optimizer: &PolicyOptimizer<Policy<B>, B>,
 ) -> Result<Vec<u8>, burn::record::RecorderError> {
     let r = recorder();
@@ -827,7 +828,7 @@ impl Checkpoint {
     }
 
     /// `optimizer` (fresh, of the kind the experiment declares) with the checkpoint's state.
-    pub fn restore_optimizer<B: AutodiffBackend>(
+    pub fn restore_optimizer<B: TrainBackend>(
         &self,
         optimizer: PolicyOptimizer<Policy<B>, B>,
         device: &B::Device,
@@ -858,7 +859,7 @@ impl Checkpoint {
     /// PPO's separate critic and its optimizer, loaded into `critic` (a fresh one, as the
     /// experiment builds it, with a value head) and `optimizer` (fresh, of the declared kind);
     /// `None` when the checkpoint has no critic (before RL, or another algorithm).
-    pub fn restore_critic<B: AutodiffBackend>(
+    pub fn restore_critic<B: TrainBackend>(
         &self,
         critic: Policy<B>,
         optimizer: PolicyOptimizer<Policy<B>, B>,
@@ -872,7 +873,7 @@ impl Checkpoint {
         Ok(Some((critic, optimizer)))
     }
 
-    fn load_optimizer<B: AutodiffBackend>(
+    fn load_optimizer<B: TrainBackend>(
         &self,
         optimizer: PolicyOptimizer<Policy<B>, B>,
         bytes: &[u8],

@@ -1,21 +1,22 @@
 //! Device selection: which burn backend a run uses.
 //!
-//! The runtime is generic over `B: AutodiffBackend`; this module is the one place that names
+//! The runtime is generic over `B: TrainBackend`; this module is the one place that names
 //! concrete backends, so a run is monomorphized once per backend compiled in. flex (CPU) is
 //! always there; `wgpu`, `vulkan` and `cuda` are cargo features. The wgpu adapter follows
 //! cubecl's `CUBECL_WGPU_DEFAULT_DEVICE` (`Cpu` selects Mesa's lavapipe).
 
 use agentry_dsl::spec::{Device, Placement};
-use burn::tensor::backend::{AutodiffBackend, Backend, Device as _, DeviceId};
+use burn::tensor::backend::{Backend, Device as _, DeviceId};
 
 use crate::error::RunError;
+use crate::model::TrainBackend;
 
 /// Work generic over the backend, run by [`dispatch`] on the chosen device.
 pub trait OnBackend {
     /// What the work returns.
     type Output;
     /// Runs the work on backend `B` and device `device`.
-    fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output;
+    fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output;
 }
 
 /// Parses a device name as the experiment language and `--device` spell it.
@@ -90,6 +91,24 @@ pub fn engine_devices<B: Backend>(
             }
         })
         .collect()
+}
+
+/// Sizes the pool of CPU threads flex's kernels run on (rayon's global pool). Without a call
+/// it has `RAYON_NUM_THREADS` threads, else one per core. Results do not depend on the count:
+/// every kernel reduces in an order fixed by the shapes alone.
+pub fn set_cpu_threads(threads: usize) -> Result<(), RunError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .map_err(|e| RunError::Device {
+            device: "flex".to_string(),
+            reason: format!("cannot size the CPU thread pool to {threads}: {e}"),
+        })
+}
+
+/// CPU threads flex's kernels run on.
+pub fn cpu_threads() -> usize {
+    rayon::current_num_threads()
 }
 
 /// Runs `work` on `device` (after resolving `auto`).

@@ -27,11 +27,11 @@ use agentry_dsl::spec;
 use agentry_env::TaskGenerator;
 use agentry_env::controller::Controller;
 use burn::module::Module;
-use burn::tensor::backend::Backend;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::curriculum::Curriculum;
+use crate::model::Kernels;
 use crate::model::{Policy, Sampling};
 use crate::pool::{Engine, Engines, fresh_groups};
 use crate::rollout::{Episode, Stream};
@@ -40,7 +40,7 @@ use crate::train::training_draw;
 
 /// Weights with the number of updates they have had.
 #[derive(Debug)]
-pub struct Weights<B: Backend> {
+pub struct Weights<B: Kernels> {
     /// The policy.
     pub policy: Policy<B>,
     /// Its version.
@@ -52,14 +52,14 @@ pub type Published<B> = (Arc<Weights<B>>, Option<Arc<Weights<B>>>);
 
 /// What the trainer publishes and the workers read: the newest weights, the stale engines'
 /// weights, and a stop flag; also where the workers add up the time they spent blocked.
-pub struct Board<B: Backend> {
+pub struct Board<B: Kernels> {
     latest: Mutex<Published<B>>,
     stop: AtomicBool,
     blocked_nanos: AtomicU64,
     sync_nanos: AtomicU64,
 }
 
-impl<B: Backend> Board<B> {
+impl<B: Kernels> Board<B> {
     /// A board holding `fresh` (and `stale`).
     pub fn new(fresh: Weights<B>, stale: Option<Weights<B>>) -> Self {
         Board {
@@ -114,12 +114,12 @@ fn nanos_since(started: Instant) -> u64 {
 
 /// A worker's copies of the published weights on its own device (disaggregated placement):
 /// each version is copied once, when a turn first needs it.
-struct Replicas<B: Backend> {
+struct Replicas<B: Kernels> {
     device: B::Device,
     held: Vec<Arc<Weights<B>>>,
 }
 
-impl<B: Backend> Replicas<B> {
+impl<B: Kernels> Replicas<B> {
     /// `published`, with each policy on this worker's device.
     fn place(&mut self, published: Published<B>, board: &Board<B>) -> Published<B> {
         let (fresh, stale) = published;
@@ -149,7 +149,7 @@ impl<B: Backend> Replicas<B> {
 }
 
 /// What a rollout worker owns.
-pub struct Worker<B: Backend> {
+pub struct Worker<B: Kernels> {
     /// Which worker (seeds its RNG and numbers its groups).
     pub index: usize,
     /// Workers in all.
@@ -177,7 +177,7 @@ pub struct Worker<B: Backend> {
     pub device: Option<B::Device>,
 }
 
-impl<B: Backend> Worker<B> {
+impl<B: Kernels> Worker<B> {
     /// Plays episodes until the board says stop or the trainer hangs up: keeps `train.batch`
     /// episodes under way (whole groups, drawn from the curriculum at the trainer's current
     /// step), one turn at a time with the newest weights, and sends each as it ends.

@@ -27,7 +27,6 @@ use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::{Step, TaskGenerator};
 use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -36,6 +35,8 @@ use crate::checkpoint::{Checkpoint, Phase};
 use crate::device::{self, OnBackend};
 use crate::error::RunError;
 use crate::experiment::Interpreted;
+use crate::model::Kernels;
+use crate::model::TrainBackend;
 use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Generation, Policy, PolicyConfig, Sampling, generate};
 use crate::rollout::{Episode, EpisodeSpec, TurnEnd, failed, finish, reply_call, start, unparsed};
@@ -376,7 +377,7 @@ impl Weights {
     }
 
     /// The policy with these weights, built as the run built it.
-    fn load<B: Backend>(
+    fn load<B: Kernels>(
         &self,
         spec: &spec::Experiment,
         vocab: usize,
@@ -594,7 +595,7 @@ struct PolicyChecks<'a> {
 impl OnBackend for PolicyChecks<'_> {
     type Output = Result<(Vec<String>, Option<String>), ReplayError>;
 
-    fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output {
+    fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
         let mut lines = Vec::new();
         let mut first = None;
         let vocab = self.chat.tokenizer().vocab_size();
@@ -625,7 +626,7 @@ impl OnBackend for PolicyChecks<'_> {
 
 impl PolicyChecks<'_> {
     /// Re-scores the agent tokens of `turns` and compares with the recorded log-probabilities.
-    fn rescore<B: Backend>(
+    fn rescore<B: Kernels>(
         &self,
         policy: &Policy<B>,
         version: u64,
@@ -695,7 +696,7 @@ impl PolicyChecks<'_> {
     }
 
     /// Regenerates each of `turns` greedily from its prompt and compares the tokens.
-    fn regenerate<B: Backend>(
+    fn regenerate<B: Kernels>(
         &self,
         policy: &Policy<B>,
         turns: &[usize],

@@ -12,10 +12,10 @@
 
 use agentry_env::controller::{Controller, SessionId};
 use agentry_env::{Environment, Split, Status, Step, TaskGenerator, ToolCall, parse_call};
-use burn::tensor::backend::Backend;
 use rand::Rng;
 
 use crate::algo::returns_to_go;
+use crate::model::Kernels;
 use crate::model::{Generation, Policy, Sampling, generate};
 use crate::pool::{Engines, Pick};
 use crate::text::{ChatFormat, Transcript};
@@ -78,7 +78,7 @@ pub struct Episode {
 /// empty. An environment that fails to reset ends its episode at once with
 /// `TaskError` and an empty transcript (nothing to learn from).
 #[allow(clippy::too_many_arguments)]
-pub fn play<B: Backend>(
+pub fn play<B: Kernels>(
     policy: &Policy<B>,
     chat: &ChatFormat,
     tasks: &[Box<dyn TaskGenerator>],
@@ -125,7 +125,7 @@ pub struct Fork {
 /// copies of its environment). Returns the episodes and the snapshots, in the order they were
 /// taken; every snapshot must be handed to [`continue_forks`], which ends its sessions.
 #[allow(clippy::too_many_arguments)]
-pub fn play_in_pool<B: Backend>(
+pub fn play_in_pool<B: Kernels>(
     engines: &Engines<'_, B>,
     chat: &ChatFormat,
     tasks: &[Box<dyn TaskGenerator>],
@@ -153,7 +153,7 @@ pub fn play_in_pool<B: Backend>(
 /// together. Returns, per snapshot, the discounted return each continuation earned after the
 /// snapshot: `Σ_j γ^j r_{b+1+j}`.
 #[allow(clippy::too_many_arguments)]
-pub fn continue_forks<B: Backend>(
+pub fn continue_forks<B: Kernels>(
     policy: &Policy<B>,
     chat: &ChatFormat,
     controller: &Controller,
@@ -250,7 +250,7 @@ impl<'a> Stream<'a> {
 
     /// Plays one turn of every episode under way with `engines`, and returns the episodes that
     /// ended (in the order they joined).
-    pub fn turn<B: Backend>(
+    pub fn turn<B: Kernels>(
         &mut self,
         engines: &Engines<'_, B>,
         rng: &mut impl Rng,
@@ -338,7 +338,7 @@ pub(crate) fn start(
 }
 
 /// What every turn of a rollout needs.
-struct Turns<'a, B: Backend> {
+struct Turns<'a, B: Kernels> {
     engines: Engines<'a, B>,
     chat: &'a ChatFormat,
     controller: &'a Controller,
@@ -346,7 +346,7 @@ struct Turns<'a, B: Backend> {
     context: usize,
 }
 
-impl<B: Backend> Turns<'_, B> {
+impl<B: Kernels> Turns<'_, B> {
     /// Plays the episodes to the end, one batched generation per turn; with a plan, snapshots
     /// the running episodes at its boundaries.
     fn run(

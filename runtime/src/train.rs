@@ -16,7 +16,7 @@ use agentry_env::{Split, TaskGenerator};
 use burn::module::AutodiffModule;
 use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -34,6 +34,7 @@ use crate::error::RunError;
 use crate::experiment::Experiment;
 use crate::metrics::{Progress, Record, RlRecord, RunConfig, RunDir, TaskStats, wilson};
 use crate::model::hf::{HfCheckpoint, ModelType};
+use crate::model::{Kernels, TrainBackend};
 use crate::model::{Policy, PolicyConfig, Sampling, Scores, Want};
 use crate::monitor::Monitor;
 use crate::optim::{Descent, PolicyOptimizer, descend};
@@ -104,6 +105,8 @@ pub struct RunSummary {
     pub run_dir: PathBuf,
     /// The device the run used.
     pub device: String,
+    /// CPU threads of flex's kernels (and the host side of any device).
+    pub cpu_threads: usize,
     /// Evaluation after the supervised warm-up (before any RL), when there was a warm-up:
     /// greedy, or sampled when `eval.decoding = sampled`.
     pub after_warmup: Option<Evaluation>,
@@ -150,7 +153,7 @@ pub fn run_configuration(
 
 /// Runs an experiment on a backend and device chosen by the caller (for example the wgpu
 /// adapter of kind CPU), ignoring the file's `device`.
-pub fn run_on<B: AutodiffBackend>(
+pub fn run_on<B: TrainBackend>(
     experiment: &dyn Experiment,
     options: &RunOptions,
     device: B::Device,
@@ -163,7 +166,7 @@ pub fn run_on<B: AutodiffBackend>(
 /// [`run_on`] with the rollout engines on `engines` (disaggregated placement, overriding the
 /// file's `placement`): asynchronous worker `i` generates on `engines[i % engines.len()]`, the
 /// trainer trains on `trainer`, and each new version of the weights is copied across.
-pub fn run_on_devices<B: AutodiffBackend>(
+pub fn run_on_devices<B: TrainBackend>(
     experiment: &dyn Experiment,
     options: &RunOptions,
     trainer: B::Device,
@@ -249,13 +252,13 @@ impl Job {
 impl OnBackend for Job {
     type Output = Result<RunSummary, RunError>;
 
-    fn run<B: AutodiffBackend>(self, device: B::Device) -> Self::Output {
+    fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
         Trainer::<B>::new(self, device, None)?.run()
     }
 }
 
 /// Where a run's policy and tokenizer come from.
-enum Loaded<'a, B: Backend> {
+enum Loaded<'a, B: Kernels> {
     /// `arch = transformer { ... }`: initialized from the seed, with a tokenizer trained on
     /// the tasks' text.
     Scratch(&'a spec::TransformerArch),
@@ -264,7 +267,7 @@ enum Loaded<'a, B: Backend> {
 }
 
 /// Everything a run mutates.
-struct Trainer<B: AutodiffBackend> {
+struct Trainer<B: TrainBackend> {
     spec: spec::Experiment,
     device_name: String,
     tasks: Arc<Vec<Box<dyn TaskGenerator>>>,
@@ -309,7 +312,7 @@ struct Trainer<B: AutodiffBackend> {
     warmup_from: Option<PathBuf>,
 }
 
-impl<B: AutodiffBackend> Trainer<B> {
+impl<B: TrainBackend> Trainer<B> {
     /// `engine_devices` overrides the file's `placement` (see [`run_on_devices`]).
     fn new(
         job: Job,
@@ -618,6 +621,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let summary = RunSummary {
             run_dir: self.run_dir.path().to_path_buf(),
             device: self.device_name.clone(),
+            cpu_threads: device::cpu_threads(),
             after_warmup_sampled: after_warmup.as_ref().and_then(|e| e.sampled.clone()),
             after_warmup: after_warmup.map(|e| e.first),
             after_rl_sampled: after_rl.sampled,
@@ -1657,7 +1661,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// Right-padded transcripts, with the agent mask of the predicted tokens.
-    fn padded<C: Backend<Device = B::Device>>(&self, transcripts: &[&Transcript]) -> Padded<C> {
+    fn padded<C: Kernels<Device = B::Device>>(&self, transcripts: &[&Transcript]) -> Padded<C> {
         Padded::new(transcripts, self.chat.tokenizer().pad(), &self.device)
     }
 
@@ -1729,12 +1733,12 @@ fn agent_at(episode: &Episode, j: usize) -> bool {
 
 /// PPO's separate critic (`value_head = separate`): a network of the policy's architecture
 /// with a value head, trained on the value loss by an optimizer of its own.
-struct Critic<B: AutodiffBackend> {
+struct Critic<B: TrainBackend> {
     net: Policy<B>,
     optimizer: PolicyOptimizer<Policy<B>, B>,
 }
 
-impl<B: AutodiffBackend> Critic<B> {
+impl<B: TrainBackend> Critic<B> {
     /// A copy of `policy` (its trunk and LM head, which the critic never reads) with a fresh
     /// value head and a fresh optimizer of the declared kind: what the critic starts from, and
     /// what a resumed run loads its state into.
@@ -1776,7 +1780,7 @@ struct Padded<B: Backend> {
     width: usize,
 }
 
-impl<B: Backend> Padded<B> {
+impl<B: Kernels> Padded<B> {
     /// The padded width of `transcripts`: the longest, at least 2.
     fn width(transcripts: &[&Transcript]) -> usize {
         transcripts
@@ -1824,7 +1828,7 @@ impl<B: Backend> Padded<B> {
 /// length (one turn or many), so padding each bucket only to its own longest transcript
 /// saves most of the work spent on padding. Padding never changes the scores of the real
 /// tokens before it, so the result equals scoring the whole batch at once.
-pub fn score_in_buckets<C: Backend>(
+pub fn score_in_buckets<C: Kernels>(
     policy: &Policy<C>,
     transcripts: &[&Transcript],
     pad: u32,

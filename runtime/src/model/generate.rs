@@ -10,9 +10,10 @@
 //! the per-token bookkeeping ([`Decoder`]), so they differ only in how the logits are computed.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
 use rand::Rng;
 
+use super::kernels::{AttentionMask, Kernels};
 use super::transformer::{LayerCache, Policy, Positions};
 
 /// How to sample.
@@ -94,7 +95,7 @@ pub struct Generation {
 ///
 /// Use an inference backend (for an autodiff policy, pass `policy.valid()`), or the whole
 /// generation is recorded for backpropagation.
-pub fn generate<B: Backend>(
+pub fn generate<B: Kernels>(
     policy: &Policy<B>,
     prompts: &[Vec<u32>],
     sampling: &Sampling,
@@ -105,7 +106,6 @@ pub fn generate<B: Backend>(
         return decoder.out;
     }
     let device = policy.device();
-    let heads = policy.heads();
 
     // Prefill: left-pad to the longest prompt.
     let rows = &decoder.rows;
@@ -114,21 +114,13 @@ pub fn generate<B: Backend>(
     let n = rows.len();
     let mut ids = Vec::with_capacity(n * width);
     let mut positions = Vec::with_capacity(n * width);
-    let mut mask = Vec::with_capacity(n * width * width);
     for (r, &i) in rows.iter().enumerate() {
         ids.extend(std::iter::repeat_n(0i64, pads[r]));
         ids.extend(prompts[i].iter().map(|&t| t as i64));
         positions.extend((0..width).map(|j| j.saturating_sub(pads[r])));
-        for _ in 0..width {
-            mask.extend((0..width).map(|j| j < pads[r]));
-        }
     }
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, width]), &device);
-    let any_pad = pads.iter().any(|&p| p > 0);
-    let mask = any_pad.then(|| {
-        Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [n, 1, width, width]), &device)
-    });
-    let pos = Positions::new(&positions, n, heads, mask, true, &device);
+    let pos = Positions::new(&positions, &policy.rope, padded(&pads, true), &device);
     let mut caches: Vec<LayerCache<B>> = vec![None; policy.blocks.len()];
     let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
     let mut logits = last_logits(policy, hidden);
@@ -155,8 +147,8 @@ pub fn generate<B: Backend>(
                     let v = v.select(0, idx.clone());
                     *cache = Some(if trim > 0 {
                         (
-                            k.narrow(2, trim, cache_len - trim),
-                            v.narrow(2, trim, cache_len - trim),
+                            k.narrow(1, trim, cache_len - trim),
+                            v.narrow(1, trim, cache_len - trim),
                         )
                     } else {
                         (k, v)
@@ -179,19 +171,19 @@ pub fn generate<B: Backend>(
             .map(|&i| prompts[i].len() + decoder.out[i].tokens.len() - 1)
             .collect();
         let kv_len = cache_len + 1;
-        let mask: Vec<bool> = pads
-            .iter()
-            .flat_map(|&p| (0..kv_len).map(move |j| j < p))
-            .collect();
-        let any_pad = pads.iter().any(|&p| p > 0);
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, 1]), &device);
-        let mask = any_pad.then(|| {
-            Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [n, 1, 1, kv_len]), &device)
-        });
-        let pos = Positions::new(&positions, n, heads, mask, false, &device);
+        let pos = Positions::new(&positions, &policy.rope, padded(&pads, false), &device);
         let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
         logits = last_logits(policy, hidden);
         cache_len = kv_len;
+    }
+}
+
+/// The mask of a left-padded batch: row `r`'s first `pads[r]` keys hidden.
+fn padded(pads: &[usize], causal: bool) -> AttentionMask {
+    AttentionMask {
+        causal,
+        key_start: pads.iter().any(|&p| p > 0).then(|| pads.into()),
     }
 }
 
@@ -203,7 +195,7 @@ pub fn generate<B: Backend>(
 /// returns, up to floating-point rounding. It exists as the reference the cache is tested
 /// against and the baseline the cache is benchmarked against; each step costs a full forward
 /// pass over the sequence, so do not use it to train.
-pub fn generate_uncached<B: Backend>(
+pub fn generate_uncached<B: Kernels>(
     policy: &Policy<B>,
     prompts: &[Vec<u32>],
     sampling: &Sampling,
@@ -320,7 +312,7 @@ fn host<B: Backend>(logits: Tensor<B, 2>) -> Vec<f32> {
 }
 
 /// The LM head on the last position: `[batch, vocab]`.
-fn last_logits<B: Backend>(policy: &Policy<B>, hidden: Tensor<B, 3>) -> Tensor<B, 2> {
+fn last_logits<B: Kernels>(policy: &Policy<B>, hidden: Tensor<B, 3>) -> Tensor<B, 2> {
     let [b, t, _] = hidden.dims();
     let last = hidden.narrow(1, t - 1, 1);
     policy.logits(last).reshape([b, policy.vocab])

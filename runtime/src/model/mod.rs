@@ -8,7 +8,9 @@
 
 mod generate;
 pub mod hf;
+pub mod kernels;
 mod transformer;
 
 pub use generate::{Generation, Sampling, generate, generate_uncached};
+pub use kernels::{Kernels, TrainBackend};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};

@@ -3,12 +3,11 @@
 use agentry_dsl::spec::TransformerArch;
 use burn::module::{Initializer, Module};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm, RmsNormConfig};
-use burn::tensor::activation::{log_softmax, silu};
 use burn::tensor::backend::Backend;
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, IndexingUpdateOp, Int, Tensor, TensorData};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
+
+use super::kernels::{self, AttentionMask, HeadWeight, Kernels};
 
 /// Base of the rotary position embedding frequencies.
 const ROPE_THETA: f64 = 10_000.0;
@@ -175,19 +174,6 @@ impl Rope {
     }
 }
 
-/// What [`Positions::new`] needs of a policy: its head layout and rotary frequencies.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct HeadLayout<'a> {
-    /// Query heads.
-    pub heads: usize,
-    /// Key/value heads.
-    pub kv_heads: usize,
-    /// Width of one head.
-    pub head_dim: usize,
-    /// The rotary frequencies, `head_dim / 2` of them.
-    pub rope: &'a Rope,
-}
-
 /// One pre-norm decoder block: `x + attn(norm(x))`, then `x + swiglu(norm(x))`.
 #[derive(Module, Debug)]
 pub struct DecoderBlock<B: Backend> {
@@ -217,90 +203,45 @@ pub struct DecoderBlock<B: Backend> {
     pub head_dim: usize,
 }
 
-/// Keys and values of one block for the tokens seen so far: `[batch, kv_heads, len, head_dim]`.
+/// Keys and values of one block for the tokens seen so far: `[batch, len, kv_heads, head_dim]`.
 pub(crate) type LayerCache<B> = Option<(Tensor<B, 4>, Tensor<B, 4>)>;
 
-/// Rotary tables and masks for one forward call.
-///
-/// The tables have the full shape of the queries and keys (`[batch, len, heads, head_dim]`):
-/// broadcasting element-wise ops are much slower than same-shape ones on CPU backends.
+/// Rotary angles and the attention mask of one forward call.
 pub(crate) struct Positions<B: Backend> {
-    /// Cosines for the queries.
-    pub cos_q: Tensor<B, 4>,
-    /// Sines for the queries.
-    pub sin_q: Tensor<B, 4>,
-    /// Cosines for the keys (the query tables when `kv_heads == heads`).
-    pub cos_k: Tensor<B, 4>,
-    /// Sines for the keys.
-    pub sin_k: Tensor<B, 4>,
-    /// `[batch, 1, len, kv_len]`, `true` where a key must be ignored.
-    pub mask: Option<Tensor<B, 4, Bool>>,
-    /// Whether queries may not see later keys (prefill), aligned at the bottom-right.
-    pub causal: bool,
+    /// Cosines of each token's rotary angles, `[batch * len, head_dim / 2]`.
+    pub cos: Tensor<B, 2>,
+    /// Sines of the same angles.
+    pub sin: Tensor<B, 2>,
+    /// Which keys each query sees.
+    pub mask: AttentionMask,
 }
 
 impl<B: Backend> Positions<B> {
-    /// Rotary tables for explicit position ids (`rows` rows of `positions.len() / rows` ids
-    /// each), plus the key mask and causality.
+    /// Rotary tables for explicit position ids (one per token of the batch, row-major), and
+    /// the attention mask.
     pub(crate) fn new(
         positions: &[usize],
-        rows: usize,
-        layout: HeadLayout<'_>,
-        mask: Option<Tensor<B, 4, Bool>>,
-        causal: bool,
+        rope: &Rope,
+        mask: AttentionMask,
         device: &B::Device,
     ) -> Self {
-        let HeadLayout {
-            heads,
-            kv_heads,
-            head_dim,
-            rope,
-        } = layout;
-        let len = positions.len() / rows.max(1);
         let inv = rope.inv_freq();
-        let table = |heads: usize, f: fn(f64) -> f64| {
-            let mut out = Vec::with_capacity(positions.len() * heads * head_dim);
-            let mut row = Vec::with_capacity(head_dim);
-            for &p in positions {
-                row.clear();
-                for _ in 0..2 {
-                    row.extend(inv.iter().map(|w| f(p as f64 * w) as f32));
-                }
-                for _ in 0..heads {
-                    out.extend_from_slice(&row);
-                }
-            }
-            Tensor::<B, 4>::from_data(TensorData::new(out, [rows, len, heads, head_dim]), device)
-        };
-        let cos_q = table(heads, f64::cos);
-        let sin_q = table(heads, f64::sin);
-        let (cos_k, sin_k) = if kv_heads == heads {
-            (cos_q.clone(), sin_q.clone())
-        } else {
-            (table(kv_heads, f64::cos), table(kv_heads, f64::sin))
+        let table = |f: fn(f64) -> f64| {
+            let out: Vec<f32> = positions
+                .iter()
+                .flat_map(|&p| inv.iter().map(move |w| f(p as f64 * w) as f32))
+                .collect();
+            Tensor::<B, 2>::from_data(TensorData::new(out, [positions.len(), inv.len()]), device)
         };
         Positions {
-            cos_q,
-            sin_q,
-            cos_k,
-            sin_k,
+            cos: table(f64::cos),
+            sin: table(f64::sin),
             mask,
-            causal,
         }
     }
 }
 
-/// Rotary embedding, rotate-half convention, on `[batch, len, heads, head_dim]`.
-fn rotate<B: Backend>(x: Tensor<B, 4>, cos: &Tensor<B, 4>, sin: &Tensor<B, 4>) -> Tensor<B, 4> {
-    let hd = x.dims()[3];
-    let half = hd / 2;
-    let x1 = x.clone().narrow(3, 0, half);
-    let x2 = x.clone().narrow(3, half, half);
-    let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
-    x * cos.clone() + rotated * sin.clone()
-}
-
-impl<B: Backend> DecoderBlock<B> {
+impl<B: Kernels> DecoderBlock<B> {
     fn forward(
         &self,
         x: Tensor<B, 3>,
@@ -309,48 +250,35 @@ impl<B: Backend> DecoderBlock<B> {
     ) -> Tensor<B, 3> {
         let [b, t, _] = x.dims();
         let (h, kvh, hd) = (self.heads, self.kv_heads, self.head_dim);
-        let normed = self.attn_norm.forward(x.clone());
-        let q = self.q.forward(normed.clone()).reshape([b, t, h, hd]);
-        let k = self.k.forward(normed.clone()).reshape([b, t, kvh, hd]);
-        let v = self.v.forward(normed).reshape([b, t, kvh, hd]);
-        let q = rotate(q, &pos.cos_q, &pos.sin_q).swap_dims(1, 2);
-        let mut k = rotate(k, &pos.cos_k, &pos.sin_k).swap_dims(1, 2);
-        let mut v = v.swap_dims(1, 2);
+        let normed = kernels::rms_norm(x.clone(), &self.attn_norm);
+        let q = rows(&self.q, normed.clone()).reshape([b, t, h, hd]);
+        let k = rows(&self.k, normed.clone()).reshape([b, t, kvh, hd]);
+        let mut v = rows(&self.v, normed).reshape([b, t, kvh, hd]);
+        let q = kernels::rope(q, &pos.cos, &pos.sin);
+        let mut k = kernels::rope(k, &pos.cos, &pos.sin);
         if let Some(cache) = cache {
             if let Some((pk, pv)) = cache.take() {
-                k = Tensor::cat(vec![pk, k], 2);
-                v = Tensor::cat(vec![pv, v], 2);
+                k = Tensor::cat(vec![pk, k], 1);
+                v = Tensor::cat(vec![pv, v], 1);
             }
             *cache = Some((k.clone(), v.clone()));
         }
-        if kvh != h {
-            let rep = h / kvh;
-            let expand = |x: Tensor<B, 4>| {
-                let [b, _, l, _] = x.dims();
-                x.unsqueeze_dim::<5>(2)
-                    .expand([b, kvh, rep, l, hd])
-                    .reshape([b, h, l, hd])
-            };
-            k = expand(k);
-            v = expand(v);
-        }
-        let mask = pos.mask.clone().map(|m| {
-            let [mb, _, mq, mk] = m.dims();
-            m.expand([mb, h, mq, mk])
-        });
-        let options = AttentionModuleOptions {
-            scale: None,
-            softcap: None,
-            is_causal: pos.causal,
-        };
-        let attn = attention(q, k, v, mask, None, options)
-            .swap_dims(1, 2)
-            .reshape([b, t, h * hd]);
-        let x = x + self.out.forward(attn);
-        let normed = self.ffn_norm.forward(x.clone());
-        let gate = silu(self.gate.forward(normed.clone()));
-        x + self.down.forward(gate * self.up.forward(normed))
+        let attn = kernels::attention(q, k, v, &pos.mask).reshape([b, t, h * hd]);
+        let x = x + rows(&self.out, attn);
+        let normed = kernels::rms_norm(x.clone(), &self.ffn_norm);
+        let gated = kernels::swiglu(rows(&self.gate, normed.clone()), rows(&self.up, normed));
+        x + rows(&self.down, gated)
     }
+}
+
+/// A linear layer on `[batch, len, d]` as one `[batch * len, d]` product: burn's `Linear` on a
+/// rank-3 input multiplies batch by batch, so a decode step (`len` 1) would read the whole
+/// weight once per sequence.
+fn rows<B: Backend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [b, t, d] = x.dims();
+    let y = layer.forward(x.reshape([b * t, d]));
+    let out = y.dims()[1];
+    y.reshape([b, t, out])
 }
 
 /// Which outputs [`Policy::score`] computes.
@@ -418,18 +346,7 @@ pub struct Policy<B: Backend> {
     pub rope: Rope,
 }
 
-impl<B: Backend> Policy<B> {
-    /// Query heads, key/value heads, head width and rotary frequencies.
-    pub(crate) fn heads(&self) -> HeadLayout<'_> {
-        let block = &self.blocks[0];
-        HeadLayout {
-            heads: block.heads,
-            kv_heads: block.kv_heads,
-            head_dim: block.head_dim,
-            rope: &self.rope,
-        }
-    }
-
+impl<B: Kernels> Policy<B> {
     /// The device holding the weights.
     pub fn device(&self) -> B::Device {
         self.embed.weight.val().device()
@@ -456,7 +373,11 @@ impl<B: Backend> Policy<B> {
     pub fn hidden_states(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let [b, t] = tokens.dims();
         let positions: Vec<usize> = (0..b).flat_map(|_| 0..t).collect();
-        let pos = Positions::new(&positions, b, self.heads(), None, true, &tokens.device());
+        let causal = AttentionMask {
+            causal: true,
+            key_start: None,
+        };
+        let pos = Positions::new(&positions, &self.rope, causal, &tokens.device());
         self.hidden_with(tokens, &pos, None)
     }
 
@@ -578,16 +499,26 @@ impl<B: Backend> Policy<B> {
                 values,
             };
         }
-        let logp = log_softmax(self.project(rows) / temperature, 1);
         let targets = tokens
             .narrow(1, 1, t - 1)
             .reshape([positions])
-            .select(0, picked.clone())
-            .reshape([k, 1]);
-        let chosen = logp.clone().gather(1, targets).reshape([k]);
-        let entropy = match want.entropy() {
-            true => scatter((logp.clone().exp() * logp).sum_dim(1).neg().reshape([k])),
-            false => Tensor::zeros([b, t - 1], &device),
+            .select(0, picked.clone());
+        let (weight, layout) = match &self.head {
+            Some(head) => (head.weight.val(), HeadWeight::Linear),
+            None => (self.embed.weight.val(), HeadWeight::Embedding),
+        };
+        let inv_temperature = (1.0 / temperature) as f32;
+        let (chosen, entropy) = kernels::token_logprobs(
+            rows,
+            weight,
+            layout,
+            targets,
+            inv_temperature,
+            want.entropy(),
+        );
+        let entropy = match entropy {
+            Some(entropy) => scatter(entropy),
+            None => Tensor::zeros([b, t - 1], &device),
         };
         Scores {
             logprobs: scatter(chosen),
