@@ -121,10 +121,11 @@ pub fn generate<B: Kernels>(
     }
     let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, width]), &device);
     let pos = Positions::new(&positions, &policy.rope, padded(&pads, true), &device);
-    let mut caches: Vec<LayerCache<B>> = vec![None; policy.blocks.len()];
+    // Room for the longest prompt and every token a row may add (at most the context).
+    let capacity = width + sampling.max_new_tokens.min(policy.context);
+    let mut caches = vec![LayerCache::<B>::with_capacity(capacity); policy.blocks.len()];
     let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
     let mut logits = last_logits(policy, hidden);
-    let mut cache_len = width;
 
     loop {
         let keep = decoder.advance(&host(logits), policy.vocab, rng);
@@ -142,20 +143,8 @@ pub fn generate<B: Kernels>(
             );
             let trim = pads.iter().copied().min().unwrap_or(0);
             for cache in caches.iter_mut() {
-                if let Some((k, v)) = cache.take() {
-                    let k = k.select(0, idx.clone());
-                    let v = v.select(0, idx.clone());
-                    *cache = Some(if trim > 0 {
-                        (
-                            k.narrow(1, trim, cache_len - trim),
-                            v.narrow(1, trim, cache_len - trim),
-                        )
-                    } else {
-                        (k, v)
-                    });
-                }
+                cache.retain(&idx, trim);
             }
-            cache_len -= trim;
             pads.iter_mut().for_each(|p| *p -= trim);
         }
         // Feed the new tokens.
@@ -170,12 +159,10 @@ pub fn generate<B: Kernels>(
             .iter()
             .map(|&i| prompts[i].len() + decoder.out[i].tokens.len() - 1)
             .collect();
-        let kv_len = cache_len + 1;
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, 1]), &device);
         let pos = Positions::new(&positions, &policy.rope, padded(&pads, false), &device);
         let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
         logits = last_logits(policy, hidden);
-        cache_len = kv_len;
     }
 }
 
@@ -184,6 +171,7 @@ fn padded(pads: &[usize], causal: bool) -> AttentionMask {
     AttentionMask {
         causal,
         key_start: pads.iter().any(|&p| p > 0).then(|| pads.into()),
+        kv_len: None,
     }
 }
 

@@ -5,6 +5,7 @@
 //! and an LM head, tied to the token embedding by default. [`Policy::forward`] and [`Policy::token_logprobs`] serve training on
 //! right-padded batches; [`generate`] samples batches of continuations with a KV cache.
 //! [`hf`] loads Hugging Face Qwen2 and Llama checkpoints into the same [`Policy`].
+//! [`kernels`] is where the blocks' operations run: fused kernels on flex, burn's ops elsewhere.
 
 mod generate;
 pub mod hf;

@@ -203,8 +203,74 @@ pub struct DecoderBlock<B: Backend> {
     pub head_dim: usize,
 }
 
-/// Keys and values of one block for the tokens seen so far: `[batch, len, kv_heads, head_dim]`.
-pub(crate) type LayerCache<B> = Option<(Tensor<B, 4>, Tensor<B, 4>)>;
+/// Keys and values of one block for the tokens seen so far, in buffers allocated once for the
+/// whole generation (`[batch, capacity, kv_heads, head_dim]`, the first `len` rows in use):
+/// each step writes its rows in place instead of concatenating a new cache.
+#[derive(Clone, Debug)]
+pub(crate) struct LayerCache<B: Backend> {
+    /// Keys and values, allocated at the first write.
+    kv: Option<(Tensor<B, 4>, Tensor<B, 4>)>,
+    /// Rows in use.
+    len: usize,
+    /// Rows each sequence may reach.
+    capacity: usize,
+}
+
+impl<B: Backend> LayerCache<B> {
+    /// An empty cache for sequences of up to `capacity` tokens.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        LayerCache {
+            kv: None,
+            len: 0,
+            capacity,
+        }
+    }
+
+    /// Appends `[batch, t, kv_heads, head_dim]` keys and values; returns the whole buffers and
+    /// the rows now in use.
+    fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> (Tensor<B, 4>, Tensor<B, 4>, usize) {
+        let [b, t, kvh, hd] = k.dims();
+        let end = self.len + t;
+        let (ck, cv) = match self.kv.take() {
+            Some(kv) if kv.0.dims()[1] >= end => kv,
+            // Absent, or too small (a caller that under-estimated): a larger buffer holding
+            // what was there.
+            previous => {
+                let capacity = self.capacity.max(end);
+                let device = k.device();
+                let fresh = || Tensor::<B, 4>::zeros([b, capacity, kvh, hd], &device);
+                let (mut ck, mut cv) = (fresh(), fresh());
+                if let Some((pk, pv)) = previous.filter(|_| self.len > 0) {
+                    let rows = [0..b, 0..self.len, 0..kvh, 0..hd];
+                    ck = ck.slice_assign(rows.clone(), pk.narrow(1, 0, self.len));
+                    cv = cv.slice_assign(rows, pv.narrow(1, 0, self.len));
+                }
+                (ck, cv)
+            }
+        };
+        // In place on flex: the cache holds the only reference between steps.
+        let rows = [0..b, self.len..end, 0..kvh, 0..hd];
+        let ck = ck.slice_assign(rows.clone(), k);
+        let cv = cv.slice_assign(rows, v);
+        self.kv = Some((ck.clone(), cv.clone()));
+        self.len = end;
+        (ck, cv, end)
+    }
+
+    /// Keeps the batch rows `keep` (indices into the current batch) and drops the first `trim`
+    /// positions of every row.
+    pub(crate) fn retain(&mut self, keep: &Tensor<B, 1, burn::tensor::Int>, trim: usize) {
+        if let Some((k, v)) = self.kv.take() {
+            let width = k.dims()[1] - trim;
+            self.kv = Some((
+                k.select(0, keep.clone()).narrow(1, trim, width),
+                v.select(0, keep.clone()).narrow(1, trim, width),
+            ));
+        }
+        self.len -= trim;
+        self.capacity -= trim;
+    }
+}
 
 /// Rotary angles and the attention mask of one forward call.
 pub(crate) struct Positions<B: Backend> {
@@ -256,14 +322,13 @@ impl<B: Kernels> DecoderBlock<B> {
         let mut v = rows(&self.v, normed).reshape([b, t, kvh, hd]);
         let q = kernels::rope(q, &pos.cos, &pos.sin);
         let mut k = kernels::rope(k, &pos.cos, &pos.sin);
+        let mut mask = pos.mask.clone();
         if let Some(cache) = cache {
-            if let Some((pk, pv)) = cache.take() {
-                k = Tensor::cat(vec![pk, k], 1);
-                v = Tensor::cat(vec![pv, v], 1);
-            }
-            *cache = Some((k.clone(), v.clone()));
+            let (ck, cv, len) = cache.append(k, v);
+            (k, v) = (ck, cv);
+            mask.kv_len = Some(len);
         }
-        let attn = kernels::attention(q, k, v, &pos.mask).reshape([b, t, h * hd]);
+        let attn = kernels::attention(q, k, v, &mask).reshape([b, t, h * hd]);
         let x = x + rows(&self.out, attn);
         let normed = kernels::rms_norm(x.clone(), &self.ffn_norm);
         let gated = kernels::swiglu(rows(&self.gate, normed.clone()), rows(&self.up, normed));
@@ -375,7 +440,7 @@ impl<B: Kernels> Policy<B> {
         let positions: Vec<usize> = (0..b).flat_map(|_| 0..t).collect();
         let causal = AttentionMask {
             causal: true,
-            key_start: None,
+            ..AttentionMask::default()
         };
         let pos = Positions::new(&positions, &self.rope, causal, &tokens.device());
         self.hidden_with(tokens, &pos, None)
@@ -525,5 +590,52 @@ impl<B: Kernels> Policy<B> {
             entropy,
             values,
         }
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use burn::backend::Flex;
+    use burn::tensor::{Int, Tensor, TensorData};
+
+    use super::LayerCache;
+
+    fn rows(start: usize, t: usize) -> Tensor<Flex, 4> {
+        let data: Vec<f32> = (0..2 * t * 3 * 2)
+            .map(|i| (start * 100 + i) as f32)
+            .collect();
+        Tensor::from_data(TensorData::new(data, [2, t, 3, 2]), &Default::default())
+    }
+
+    /// Appends past the capacity grow the buffers; what is in use always equals the
+    /// concatenation of what was appended, also after dropping a row and trimming.
+    #[test]
+    fn the_cache_holds_what_was_appended_whatever_its_capacity() {
+        let mut cache = LayerCache::<Flex>::with_capacity(4);
+        let mut expected = Vec::new();
+        for (start, t) in [(1, 3), (2, 1), (3, 2), (4, 1)] {
+            let k = rows(start, t);
+            let (ck, cv, len) = cache.append(k.clone(), k.clone() * 2.0);
+            expected.push(k);
+            let want = Tensor::cat(expected.clone(), 1);
+            assert_eq!(len, want.dims()[1]);
+            ck.narrow(1, 0, len)
+                .into_data()
+                .assert_eq(&want.clone().into_data(), true);
+            cv.narrow(1, 0, len)
+                .into_data()
+                .assert_eq(&(want * 2.0).into_data(), true);
+        }
+        let keep = Tensor::<Flex, 1, Int>::from_data(
+            TensorData::new(vec![1i64], [1]),
+            &Default::default(),
+        );
+        cache.retain(&keep, 2);
+        let want = Tensor::cat(expected, 1).narrow(0, 1, 1).narrow(1, 2, 5);
+        let (ck, _, len) = cache.append(rows(5, 1).narrow(0, 0, 1), rows(5, 1).narrow(0, 0, 1));
+        assert_eq!(len, 6);
+        ck.narrow(1, 0, 5)
+            .into_data()
+            .assert_eq(&want.into_data(), true);
     }
 }

@@ -19,7 +19,11 @@ pub(super) fn attention<B: Backend>(
     mask: &AttentionMask,
 ) -> FloatTensor<B> {
     let q: Tensor<B, 4> = tensor(q);
-    let (k, v): (Tensor<B, 4>, Tensor<B, 4>) = (tensor(k), tensor(v));
+    let (mut k, mut v): (Tensor<B, 4>, Tensor<B, 4>) = (tensor(k), tensor(v));
+    if let Some(len) = mask.kv_len {
+        k = k.narrow(1, 0, len);
+        v = v.narrow(1, 0, len);
+    }
     let [b, t, h, hd] = q.dims();
     let [_, s, kvh, _] = k.dims();
     let device = q.device();

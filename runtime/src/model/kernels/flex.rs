@@ -42,14 +42,14 @@ fn new_tensor(data: Vec<f32>, shape: Vec<usize>) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(data, shape))
 }
 
-fn attention_shape(q: &FlexTensor, k: &FlexTensor) -> attn::Shape {
+fn attention_shape(q: &FlexTensor, k: &FlexTensor, mask: &AttentionMask) -> attn::Shape {
     let (q, k) = (dims(q), dims(k));
     attn::Shape {
         batch: q[0],
         heads: q[2],
         kv_heads: k[2],
         q_len: q[1],
-        kv_len: k[1],
+        kv_len: mask.kv_len.unwrap_or(k[1]),
         kv_capacity: k[1],
         head_dim: q[3],
     }
@@ -83,7 +83,7 @@ impl Fused<Flex> for FlexKernels {
         mask: &AttentionMask,
     ) -> (FlexTensor, FlexTensor) {
         let (q, k, v) = (dense(q), dense(k), dense(v));
-        let shape = attention_shape(&q, &k);
+        let shape = attention_shape(&q, &k, mask);
         let mut out = vec![0.0; values(&q).len()];
         let mut lse = vec![0.0; shape.batch * shape.heads * shape.q_len];
         attn::forward(
@@ -120,7 +120,7 @@ impl Fused<Flex> for FlexKernels {
             dense(lse),
             dense(d_out),
         );
-        let shape = attention_shape(&q, &k);
+        let shape = attention_shape(&q, &k, mask);
         let mut dq = vec![0.0; values(&q).len()];
         let mut dk = vec![0.0; values(&k).len()];
         let mut dv = vec![0.0; values(&v).len()];

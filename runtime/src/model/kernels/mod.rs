@@ -59,6 +59,8 @@ pub struct AttentionMask {
     pub causal: bool,
     /// Per batch row, how many leading keys are hidden from every query (left padding).
     pub key_start: Option<Arc<[usize]>>,
+    /// Keys in use when k and v are a preallocated cache longer than that (`None`: all rows).
+    pub kv_len: Option<usize>,
 }
 
 /// How an LM head's weight is stored.
@@ -162,8 +164,9 @@ pub trait Kernels: Backend {
     }
 
     /// Scaled dot-product attention, `1/sqrt(hd)`: q `[b, t, h, hd]`, k and v
-    /// `[b, s, kv_heads, hd]` (query head `i` reads key head `i / (h / kv_heads)`), output
-    /// `[b, t, h, hd]`. A query that sees no key outputs zeros.
+    /// `[b, s, kv_heads, hd]` (query head `i` reads key head `i / (h / kv_heads)`; only the
+    /// first `mask.kv_len` of the `s` rows when set), output `[b, t, h, hd]`. A query that
+    /// sees no key outputs zeros.
     fn attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,

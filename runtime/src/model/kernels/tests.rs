@@ -94,6 +94,7 @@ fn attention_matches_the_decomposed_ops() {
         let mask = AttentionMask {
             causal,
             key_start: pads.map(Arc::from),
+            kv_len: None,
         };
         let inputs = vec![
             random([b, t, h, hd], 3 * i as u64),
@@ -112,6 +113,7 @@ fn a_query_that_sees_no_key_gets_zeros_and_finite_gradients() {
     let mask = AttentionMask {
         causal: true,
         key_start: Some(Arc::from(vec![2, 0])),
+        kv_len: None,
     };
     let q = random::<4>([2, 4, 2, 4], 1).require_grad();
     let k = random::<4>([2, 4, 2, 4], 2).require_grad();
