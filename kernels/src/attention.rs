@@ -870,27 +870,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// splitmix64: inputs from a seed, so a proptest case is a handful of integers.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        /// Uniform in [-1, 1).
-        fn uniform(&mut self) -> f32 {
-            (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-
-        fn vec(&mut self, n: usize) -> Vec<f32> {
-            (0..n).map(|_| self.uniform()).collect()
-        }
-    }
+    use crate::test_rng::Rng;
 
     #[derive(Clone, Debug)]
     struct Case {
@@ -932,10 +912,10 @@ mod tests {
             let mut rng = Rng(self.seed);
             Inputs {
                 scale: 2.5 / (self.shape.head_dim as f32).sqrt(),
-                q: rng.vec(self.q_elems()),
-                k: rng.vec(self.kv_elems()),
-                v: rng.vec(self.kv_elems()),
-                d_out: rng.vec(self.q_elems()),
+                q: rng.vec(self.q_elems(), 1.0),
+                k: rng.vec(self.kv_elems(), 1.0),
+                v: rng.vec(self.kv_elems(), 1.0),
+                d_out: rng.vec(self.q_elems(), 1.0),
             }
         }
 

@@ -14,3 +14,5 @@ pub mod logits;
 pub mod math;
 pub mod matmul;
 pub mod norm;
+#[cfg(test)]
+mod test_rng;

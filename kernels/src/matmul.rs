@@ -35,6 +35,14 @@ fn fits(len: usize, rows: usize, cols: usize, row_stride: usize, col_stride: usi
         .is_some_and(|last| last < len)
 }
 
+/// Panics unless a strided `rows × cols` view fits in `len` elements.
+fn assert_fits(len: usize, rows: usize, cols: usize, row_stride: usize, col_stride: usize) {
+    assert!(
+        fits(len, rows, cols, row_stride, col_stride),
+        "a {rows}x{cols} view with strides ({row_stride}, {col_stride}) does not fit in {len} elements"
+    );
+}
+
 impl<'a> MatRef<'a> {
     /// A strided view.
     ///
@@ -48,11 +56,7 @@ impl<'a> MatRef<'a> {
         row_stride: usize,
         col_stride: usize,
     ) -> Self {
-        assert!(
-            fits(data.len(), rows, cols, row_stride, col_stride),
-            "a {rows}x{cols} view with strides ({row_stride}, {col_stride}) does not fit in {} elements",
-            data.len()
-        );
+        assert_fits(data.len(), rows, cols, row_stride, col_stride);
         MatRef {
             data,
             rows,
@@ -121,11 +125,7 @@ impl<'a> MatMut<'a> {
         row_stride: usize,
         col_stride: usize,
     ) -> Self {
-        assert!(
-            fits(data.len(), rows, cols, row_stride, col_stride),
-            "a {rows}x{cols} view with strides ({row_stride}, {col_stride}) does not fit in {} elements",
-            data.len()
-        );
+        assert_fits(data.len(), rows, cols, row_stride, col_stride);
         let disjoint = rows <= 1
             || cols <= 1
             || (col_stride == 1 && row_stride >= cols)
