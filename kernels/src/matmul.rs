@@ -202,9 +202,156 @@ impl<'a> MatMut<'a> {
 pub enum Threads {
     /// On the calling thread (inside a kernel that already splits its work over rayon).
     One,
-    /// Over rayon's current pool. `gemm` splits the output into blocks and reduces each
-    /// element in the same order for any thread count, so results do not depend on it.
+    /// Over rayon's current pool: the destination is cut into one block of rows (or columns)
+    /// per thread, each an independent single-threaded product. Every element is reduced in the
+    /// same order whatever the cut (see [`Split`]), so results do not depend on the thread
+    /// count.
     Pool,
+}
+
+/// A product runs on one thread below this many multiply-adds (burn's flex uses the same
+/// bound) unless it reads at least [`PARALLEL_READ`] operand elements.
+const PARALLEL_WORK: usize = 192 * 192 * 192;
+
+/// Operand elements (1 MiB) from which a product is cut into blocks whatever its arithmetic: a
+/// decode step multiplies a few rows by every weight matrix, and streaming a weight from
+/// memory on one core runs at about half the speed of two (3.2 against 6.2 GB/s here).
+const PARALLEL_READ: usize = 1 << 18;
+
+/// Blocks are cut at multiples of this many rows or columns (a multiple of every micro-kernel
+/// width gemm has for f32).
+const BLOCK_ALIGN: usize = 16;
+
+/// How [`Threads::Pool`] cuts a destination. A block must sum each element in the same order
+/// as the whole product: gemm sums over `k` in chunks sized from `k` alone, except on its
+/// route for tiny products (both sides at most 64, or at most 256 elements), whose chunks
+/// differ. So every block keeps more than 64 rows or columns on the side that is cut, which
+/// keeps it off that route as the whole product is. (Matrix-vector products, one row or one
+/// column, take gemm's vector route whole and cut alike, and sum in `k` order on it; the
+/// tests cover both.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// One product.
+    Whole,
+    /// Blocks of this many rows (the last may be shorter, but not below 65).
+    Rows(usize),
+    /// Blocks of this many columns.
+    Cols(usize),
+}
+
+impl Split {
+    fn plan(m: usize, n: usize, k: usize, threads: usize) -> Split {
+        let work = m.saturating_mul(n).saturating_mul(k);
+        let read = m.saturating_mul(k).saturating_add(k.saturating_mul(n));
+        if threads < 2 || k <= 2 || (work < PARALLEL_WORK && read < PARALLEL_READ) {
+            return Split::Whole;
+        }
+        let block = |extent: usize| {
+            let size = extent.div_ceil(threads).next_multiple_of(BLOCK_ALIGN);
+            let last = extent - (extent - 1) / size * size;
+            (size < extent && last > 64).then_some(size)
+        };
+        let rows = block(m).map(Split::Rows);
+        let cols = block(n).map(Split::Cols);
+        let first = if m >= n { rows.or(cols) } else { cols.or(rows) };
+        first.unwrap_or(Split::Whole)
+    }
+}
+
+/// A raw destination: element `(i, j)` at `ptr + i * row_stride + j * col_stride`, handed to
+/// the threads that write disjoint blocks of it.
+#[derive(Clone, Copy)]
+struct Dst {
+    ptr: *mut f32,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+// SAFETY: each thread writes a disjoint block of the destination (see `product_raw`).
+unsafe impl Send for Dst {}
+// SAFETY: as above; the pointer itself is only copied.
+unsafe impl Sync for Dst {}
+
+impl Dst {
+    /// The destination from row `i`, column `j` on. A method, so closures capture the whole
+    /// `Dst`.
+    fn at(self, i: usize, j: usize) -> *mut f32 {
+        self.ptr
+            .wrapping_add(i * self.row_stride + j * self.col_stride)
+    }
+}
+
+/// `dst = (dst if accumulate else 0) + scale * lhs · rhs` through a raw destination.
+///
+/// # Safety
+///
+/// `dst` must be valid for writes (and, with `accumulate`, reads) of every element `(i, j)`
+/// for `i < lhs.rows`, `j < rhs.cols`, those elements must be distinct, and nothing else may
+/// access them during the call. The shapes must chain and `m`, `n`, `k` must be positive.
+unsafe fn product_raw(
+    dst: Dst,
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    scale: f32,
+    accumulate: bool,
+    threads: Threads,
+) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    let pool = match threads {
+        Threads::One => 1,
+        Threads::Pool => rayon::current_num_threads(),
+    };
+    let one = |out: *mut f32, lhs: MatRef<'_>, rhs: MatRef<'_>| {
+        let stride = |s: usize| s as isize;
+        // SAFETY: the caller's contract, for the block `lhs.rows × rhs.cols` at `out`; the
+        // operands' views were checked to lie inside their slices. With `accumulate` false
+        // gemm never reads `dst` (`read_dst = false`).
+        unsafe {
+            gemm::gemm(
+                lhs.rows,
+                rhs.cols,
+                k,
+                out,
+                stride(dst.col_stride),
+                stride(dst.row_stride),
+                accumulate,
+                lhs.data.as_ptr(),
+                stride(lhs.col_stride),
+                stride(lhs.row_stride),
+                rhs.data.as_ptr(),
+                stride(rhs.col_stride),
+                stride(rhs.row_stride),
+                1.0,
+                scale,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    };
+    use rayon::prelude::*;
+    match Split::plan(m, n, k, pool) {
+        Split::Whole => one(dst.at(0, 0), lhs, rhs),
+        Split::Rows(size) => (0..m.div_ceil(size)).into_par_iter().for_each(|b| {
+            let (start, len) = (b * size, size.min(m - b * size));
+            one(dst.at(start, 0), lhs.rows_range(start, len), rhs);
+        }),
+        Split::Cols(size) => (0..n.div_ceil(size)).into_par_iter().for_each(|b| {
+            let (start, len) = (b * size, size.min(n - b * size));
+            let rhs = rhs.t().rows_range(start, len).t();
+            one(dst.at(0, start), lhs, rhs);
+        }),
+    }
+}
+
+/// Panics unless `lhs: m × k` and `rhs: k × n` chain.
+fn check_chain(lhs: &MatRef<'_>, rhs: &MatRef<'_>) {
+    assert_eq!(
+        rhs.rows, lhs.cols,
+        "inner dimensions differ: {}x{} by {}x{}",
+        lhs.rows, lhs.cols, rhs.rows, rhs.cols
+    );
 }
 
 /// `dst = (dst if accumulate else 0) + scale * lhs · rhs`.
@@ -220,12 +367,8 @@ pub fn matmul(
     accumulate: bool,
     threads: Threads,
 ) {
+    check_chain(&lhs, &rhs);
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    assert_eq!(
-        rhs.rows, k,
-        "inner dimensions differ: {m}x{k} by {}x{n}",
-        rhs.rows
-    );
     assert_eq!(
         (dst.rows, dst.cols),
         (m, n),
@@ -246,39 +389,60 @@ pub fn matmul(
         }
         return;
     }
-    let parallelism = match threads {
-        Threads::One => gemm::Parallelism::None,
-        Threads::Pool if rayon::current_num_threads() > 1 => gemm::Parallelism::Rayon(0),
-        Threads::Pool => gemm::Parallelism::None,
-    };
-    let stride = |s: usize| s as isize;
-    // SAFETY: `MatRef::new` and `MatMut::new` checked that every element of the three views
-    // lies inside its slice; `MatMut::new` checked that no two destination elements share a
-    // slot (gemm may write them from several threads); `dst` is a unique borrow, so it aliases
-    // neither operand. With `accumulate` false gemm never reads `dst` (`read_dst = false`).
+    // SAFETY: `MatMut::new` checked that every destination element lies inside `dst.data` and
+    // that no two share a slot; `dst` is a unique borrow, so nothing else reads or writes them
+    // and it aliases neither operand.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.data.as_mut_ptr(),
-            stride(dst.col_stride),
-            stride(dst.row_stride),
-            accumulate,
-            lhs.data.as_ptr(),
-            stride(lhs.col_stride),
-            stride(lhs.row_stride),
-            rhs.data.as_ptr(),
-            stride(rhs.col_stride),
-            stride(rhs.row_stride),
-            1.0,
+        product_raw(
+            Dst {
+                ptr: dst.data.as_mut_ptr(),
+                row_stride: dst.row_stride,
+                col_stride: dst.col_stride,
+            },
+            lhs,
+            rhs,
             scale,
-            false,
-            false,
-            false,
-            parallelism,
+            accumulate,
+            threads,
         );
     }
+}
+
+/// `lhs · rhs` as a new row-major `m × n` buffer, written once by the product (no zero-filled
+/// allocation first: for the products of a linear layer, that fill and its page faults on the
+/// calling thread were a serial part of every step).
+///
+/// # Panics
+///
+/// If the shapes do not chain.
+pub fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: Threads) -> Vec<f32> {
+    check_chain(&lhs, &rhs);
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    let len = m.checked_mul(n).expect("the product's size fits in usize");
+    if len == 0 || k == 0 {
+        return vec![0.0; len];
+    }
+    let mut out = Vec::with_capacity(len);
+    // SAFETY: the spare capacity holds `len` elements, row-major `m × n` with strides `(n, 1)`
+    // are distinct and in bounds, and the buffer is not yet visible to anyone else. gemm with
+    // `accumulate` false writes every element of the destination without reading it, so all
+    // `len` elements are initialized when it returns and `set_len` exposes only those.
+    unsafe {
+        product_raw(
+            Dst {
+                ptr: out.spare_capacity_mut().as_mut_ptr().cast(),
+                row_stride: n,
+                col_stride: 1,
+            },
+            lhs,
+            rhs,
+            1.0,
+            false,
+            threads,
+        );
+        out.set_len(len);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -315,6 +479,125 @@ mod tests {
         for (o, e) in out.iter().zip(&expect) {
             assert!((o - (1.0 + 2.0 * e)).abs() < 1e-5, "{o} vs {e}");
         }
+    }
+
+    /// Values that are not exactly representable sums, so any change of summation order
+    /// shows in the bits.
+    fn noise(len: usize, seed: u64) -> Vec<f32> {
+        crate::test_rng::Rng(seed).vec(len, 1.0)
+    }
+
+    /// The cut into per-thread blocks never changes a bit: shapes around every threshold of
+    /// [`Split::plan`] and of gemm's own routes, row-major and transposed operands, in pools of
+    /// 2 and 3 threads against one thread.
+    #[test]
+    fn products_are_bit_identical_for_any_thread_count() {
+        let shapes = [
+            (4096, 128, 128),
+            (128, 4096, 512),
+            (512, 4096, 128),
+            (130, 700, 129),
+            (200, 300, 65),
+            (65, 400, 300),
+            (16, 576, 2000),
+            (2000, 576, 16),
+            (1, 512, 20000),
+            (20000, 512, 1),
+            (64, 3000, 64),
+            (300, 3, 300),
+            (4, 576, 1536),
+            (1, 576, 1536),
+            (3, 1536, 576),
+        ];
+        for (i, &(m, k, n)) in shapes.iter().enumerate() {
+            let a = noise(m * k, i as u64);
+            let b = noise(k * n, 100 + i as u64);
+            for (ta, tb) in [(false, false), (true, false), (false, true)] {
+                let lhs = if ta {
+                    MatRef::row_major(&a, k, m).t()
+                } else {
+                    MatRef::row_major(&a, m, k)
+                };
+                let rhs = if tb {
+                    MatRef::row_major(&b, n, k).t()
+                } else {
+                    MatRef::row_major(&b, k, n)
+                };
+                let one = product(lhs, rhs, Threads::One);
+                for threads in [2, 3] {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    let many = pool.install(|| product(lhs, rhs, Threads::Pool));
+                    assert!(
+                        one.iter()
+                            .zip(&many)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{m}x{k}x{n} (transposed {ta}, {tb}) differs on {threads} threads"
+                    );
+                    let mut acc = noise(m * n, 7);
+                    let mut expect = acc.clone();
+                    matmul(
+                        MatMut::row_major(&mut expect, m, n),
+                        lhs,
+                        rhs,
+                        0.5,
+                        true,
+                        Threads::One,
+                    );
+                    pool.install(|| {
+                        matmul(
+                            MatMut::row_major(&mut acc, m, n),
+                            lhs,
+                            rhs,
+                            0.5,
+                            true,
+                            Threads::Pool,
+                        )
+                    });
+                    assert!(
+                        acc.iter()
+                            .zip(&expect)
+                            .all(|(x, y)| x.to_bits() == y.to_bits())
+                    );
+                }
+                let naive = naive(lhs, rhs);
+                for (o, e) in one.iter().zip(&naive) {
+                    assert!(
+                        (o - e).abs() <= 1e-4 * (1.0 + e.abs()) * (k as f32).sqrt(),
+                        "{o} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_cut_takes_the_longer_side_and_keeps_every_block_off_gemms_special_routes() {
+        assert_eq!(Split::plan(4096, 128, 128, 2), Split::Rows(2048));
+        // (rows, columns, inner)
+        assert_eq!(Split::plan(128, 512, 4096, 2), Split::Cols(256));
+        assert_eq!(Split::plan(16, 49152, 576, 3), Split::Cols(16384));
+        assert_eq!(Split::plan(2000, 16, 576, 2), Split::Rows(1008));
+        // 200 rows in blocks of 80 would leave 40; 65 columns cannot be cut at all.
+        assert_eq!(Split::plan(200, 65, 300, 3), Split::Whole);
+        assert_eq!(Split::plan(4096, 128, 128, 1), Split::Whole);
+        assert_eq!(Split::plan(64, 64, 64, 2), Split::Whole);
+        // A decode step: little arithmetic, a large weight to read.
+        assert_eq!(Split::plan(4, 1536, 576, 2), Split::Cols(768));
+        assert_eq!(Split::plan(1, 192, 576, 2), Split::Whole);
+    }
+
+    #[test]
+    fn an_empty_inner_dimension_gives_zeros() {
+        let a: [f32; 0] = [];
+        let out = product(
+            MatRef::row_major(&a, 3, 0),
+            MatRef::row_major(&a, 0, 2),
+            Threads::Pool,
+        );
+        assert_eq!(out, vec![0.0; 6]);
     }
 
     #[test]

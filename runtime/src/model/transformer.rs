@@ -216,7 +216,7 @@ pub(crate) struct LayerCache<B: Backend> {
     capacity: usize,
 }
 
-impl<B: Backend> LayerCache<B> {
+impl<B: Kernels> LayerCache<B> {
     /// An empty cache for sequences of up to `capacity` tokens.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         LayerCache {
@@ -249,9 +249,8 @@ impl<B: Backend> LayerCache<B> {
             }
         };
         // In place on flex: the cache holds the only reference between steps.
-        let rows = [0..b, self.len..end, 0..kvh, 0..hd];
-        let ck = ck.slice_assign(rows.clone(), k);
-        let cv = cv.slice_assign(rows, v);
+        let ck = kernels::cache_write(ck, self.len, k);
+        let cv = kernels::cache_write(cv, self.len, v);
         self.kv = Some((ck.clone(), cv.clone()));
         self.len = end;
         (ck, cv, end)
@@ -339,9 +338,9 @@ impl<B: Kernels> DecoderBlock<B> {
 /// A linear layer on `[batch, len, d]` as one `[batch * len, d]` product: burn's `Linear` on a
 /// rank-3 input multiplies batch by batch, so a decode step (`len` 1) would read the whole
 /// weight once per sequence.
-fn rows<B: Backend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+fn rows<B: Kernels>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
     let [b, t, d] = x.dims();
-    let y = layer.forward(x.reshape([b * t, d]));
+    let y = kernels::linear(layer, x.reshape([b * t, d]));
     let out = y.dims()[1];
     y.reshape([b, t, out])
 }
@@ -463,8 +462,8 @@ impl<B: Kernels> Policy<B> {
     /// The LM head on rows of hidden states `[rows, d_model]`.
     fn project(&self, rows: Tensor<B, 2>) -> Tensor<B, 2> {
         match &self.head {
-            Some(head) => head.forward(rows),
-            None => rows.matmul(self.embed.weight.val().transpose()),
+            Some(head) => kernels::linear(head, rows),
+            None => kernels::matmul(rows, self.embed.weight.val().transpose()),
         }
     }
 

@@ -12,7 +12,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::ops::{FloatTensor, FloatTensorOps, IntTensor};
 
 use super::{AttentionMask, Fused, HeadWeight, Kernels, decomposed, host_targets};
 
@@ -45,6 +45,29 @@ macro_rules! parent_ids {
             .each_ref()
             .map(|p| p.as_ref().map(|node| node.id))
     };
+}
+
+#[derive(Debug)]
+struct MatmulBackward<B: Backend>(Table<B>);
+
+impl<B: Backend> Backward<B, 2> for MatmulBackward<B> {
+    type State = [FloatTensor<B>; 2]; // lhs, rhs
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [lhs, rhs] = ops.state.clone();
+        let d_out = grads.consume::<B>(&ops.node);
+        let [lhs_node, rhs_node] = parent_ids!(ops);
+        // The operands' own products, on transposed views: d_lhs = d_out · rhsᵀ and
+        // d_rhs = lhsᵀ · d_out, each only when its input takes a gradient.
+        if let Some(node) = lhs_node {
+            let d_lhs = self.0.0.matmul(d_out.clone(), B::float_transpose(rhs));
+            grads.register::<B>(node, d_lhs);
+        }
+        if let Some(node) = rhs_node {
+            let d_rhs = self.0.0.matmul(B::float_transpose(lhs), d_out);
+            grads.register::<B>(node, d_rhs);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -140,6 +163,22 @@ impl<B: Backend> Backward<B, 2> for TokenLogprobsBackward<B> {
 }
 
 impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
+    fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        let Some(f) = B::fused() else {
+            return Self::float_matmul(lhs, rhs);
+        };
+        let prep = MatmulBackward(Table(f))
+            .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
+            .compute_bound()
+            .stateful();
+        let (lhs, rhs) = (lhs.primitive, rhs.primitive);
+        let out = f.matmul(lhs.clone(), rhs.clone());
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish([lhs, rhs], out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
     fn attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,

@@ -123,3 +123,22 @@ pub(super) fn token_logprobs<B: Backend>(
     let h = (logp.clone().exp() * logp).sum_dim(1).neg().reshape([1, n]);
     prim(Tensor::cat(vec![chosen, h], 0))
 }
+
+/// burn's `slice_assign` of the rows into the buffer.
+pub(super) fn cache_write<B: Backend>(
+    buffer: FloatTensor<B>,
+    start: usize,
+    rows: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let [b, t, h, hd] = burn::tensor::TensorMetadata::shape(&rows).dims();
+    B::float_slice_assign(
+        buffer,
+        &[
+            (0..b).into(),
+            (start..start + t).into(),
+            (0..h).into(),
+            (0..hd).into(),
+        ],
+        rows,
+    )
+}

@@ -1,6 +1,6 @@
 //! flex's fused kernels: `agentry_kernels` on the tensors' f32 storage.
 
-use agentry_kernels::matmul::{MatMut, MatRef};
+use agentry_kernels::matmul::{self, MatMut, MatRef, Threads};
 use agentry_kernels::{attention as attn, logits, norm};
 use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;
@@ -11,6 +11,30 @@ use super::{AttentionMask, Fused, HeadWeight, Kernels, decomposed_only};
 impl Kernels for Flex {
     fn fused() -> Option<&'static dyn Fused<Self>> {
         (!decomposed_only()).then_some(&FlexKernels)
+    }
+
+    fn cache_write(mut buffer: FlexTensor, start: usize, rows: FlexTensor) -> FlexTensor {
+        if decomposed_only() {
+            return super::decomposed::cache_write::<Self>(buffer, start, rows);
+        }
+        let (shape, row_shape) = (dims(&buffer), dims(&rows));
+        let (b, capacity, width) = (shape[0], shape[1], shape[2] * shape[3]);
+        let t = row_shape[1];
+        assert!(
+            row_shape[0] == b && row_shape[2] * row_shape[3] == width && start + t <= capacity,
+            "cache_write: rows {row_shape:?} at {start} do not fit a buffer {shape:?}"
+        );
+        if !buffer.is_contiguous() || buffer.layout().start_offset() != 0 {
+            buffer = dense(buffer);
+        }
+        let rows = dense(rows);
+        // Copy-on-write: a copy only if someone else still holds the buffer.
+        let dst = buffer.storage_mut::<f32>();
+        for (r, src) in values(&rows).chunks_exact(t * width).enumerate() {
+            let at = (r * capacity + start) * width;
+            dst[at..at + t * width].copy_from_slice(src);
+        }
+        buffer
     }
 }
 
@@ -32,6 +56,27 @@ fn dense(t: FlexTensor) -> FlexTensor {
 /// The elements of a tensor made [`dense`].
 fn values(t: &FlexTensor) -> &[f32] {
     t.as_slice::<f32>().expect("dense f32 tensors are slices")
+}
+
+/// A 2-D f32 tensor as a matrix view of its storage, strides and all (a transposed weight is
+/// read in place); `None` for a layout the view cannot express (negative strides).
+fn matrix(t: &FlexTensor) -> Option<MatRef<'_>> {
+    let layout = t.layout();
+    let (shape, strides) = (layout.shape(), layout.strides());
+    if t.dtype() != DType::F32 || shape.num_dims() != 2 {
+        return None;
+    }
+    let row_stride = usize::try_from(strides[0]).ok()?;
+    let col_stride = usize::try_from(strides[1]).ok()?;
+    let data = &t.storage::<f32>()[layout.start_offset()..];
+    Some(MatRef::new(
+        data, shape[0], shape[1], row_stride, col_stride,
+    ))
+}
+
+/// `t` unchanged when [`matrix`] can view it, else [`dense`].
+fn viewable(t: FlexTensor) -> FlexTensor {
+    if matrix(&t).is_some() { t } else { dense(t) }
 }
 
 fn dims(t: &FlexTensor) -> Vec<usize> {
@@ -75,6 +120,14 @@ fn head_view<'a>(weight: &'a [f32], shape: &[usize], layout: HeadWeight) -> MatR
 }
 
 impl Fused<Flex> for FlexKernels {
+    fn matmul(&self, lhs: FlexTensor, rhs: FlexTensor) -> FlexTensor {
+        let (lhs, rhs) = (viewable(lhs), viewable(rhs));
+        let view = |t| matrix(t).expect("a dense 2-D f32 tensor is a matrix");
+        let (a, b) = (view(&lhs), view(&rhs));
+        let shape = vec![a.rows(), b.cols()];
+        new_tensor(matmul::product(a, b, Threads::Pool), shape)
+    }
+
     fn attention_forward(
         &self,
         q: FlexTensor,

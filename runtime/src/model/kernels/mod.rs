@@ -1,7 +1,8 @@
 //! The policy's fused operations as a backend extension (burn's pattern for custom kernels).
 //!
-//! [`Kernels`] names the operations a decoder block spends its time in: attention, RMSNorm,
-//! SwiGLU, the rotary embedding and the LM head's log-softmax over the vocabulary. Each has a
+//! [`Kernels`] names the operations a decoder block spends its time in: the linear layers'
+//! products, attention, RMSNorm, SwiGLU, the rotary embedding and the LM head's log-softmax
+//! over the vocabulary. Each has a
 //! decomposed default built from burn's tensor ops, which every backend can run and autodiff
 //! records op by op. A backend with its own kernels returns them from [`Kernels::fused`] as a
 //! [`Fused`] table of forward/backward pairs: flex does (`agentry_kernels`: tiled attention
@@ -76,6 +77,9 @@ pub enum HeadWeight {
 ///
 /// All tensors are float primitives of `B`; shapes are those of the tensor-level functions.
 pub trait Fused<B: Backend>: Sync {
+    /// The product of `[m, k]` and `[k, n]` (either may be a transposed view). Also the
+    /// backward pass of itself, on transposed operands.
+    fn matmul(&self, lhs: FloatTensor<B>, rhs: FloatTensor<B>) -> FloatTensor<B>;
     /// Attention's output `[b, t, h, hd]` and the log-sum-exp of each query's scores
     /// (`[b, h, t]`, whatever encoding the backward reads).
     fn attention_forward(
@@ -161,6 +165,27 @@ pub trait Kernels: Backend {
     /// The backend's fused kernels; `None` (the default) keeps the decomposed ops.
     fn fused() -> Option<&'static dyn Fused<Self>> {
         None
+    }
+
+    /// Writes `rows` (`[b, t, heads, hd]`) into a KV-cache buffer (`[b, capacity, heads, hd]`)
+    /// at positions `start..start + t` and returns the buffer. In place on flex when the
+    /// buffer is not shared (burn's `slice_assign` copies the whole buffer first: a copy of
+    /// every layer's cache at every decode step).
+    fn cache_write(
+        buffer: FloatTensor<Self>,
+        start: usize,
+        rows: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        decomposed::cache_write::<Self>(buffer, start, rows)
+    }
+
+    /// The product of `[m, k]` and `[k, n]`: every linear layer of the policy (on `[tokens,
+    /// d]` rows) and the tied LM head.
+    fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        match Self::fused() {
+            Some(f) => f.matmul(lhs, rhs),
+            None => Self::float_matmul(lhs, rhs),
+        }
     }
 
     /// Scaled dot-product attention, `1/sqrt(hd)`: q `[b, t, h, hd]`, k and v
@@ -253,6 +278,29 @@ fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
 
 fn tensor<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+/// [`Kernels::cache_write`] on tensors.
+pub(crate) fn cache_write<B: Kernels>(
+    buffer: Tensor<B, 4>,
+    start: usize,
+    rows: Tensor<B, 4>,
+) -> Tensor<B, 4> {
+    tensor(B::cache_write(prim(buffer), start, prim(rows)))
+}
+
+/// [`Kernels::matmul`] on tensors.
+pub fn matmul<B: Kernels>(lhs: Tensor<B, 2>, rhs: Tensor<B, 2>) -> Tensor<B, 2> {
+    tensor(B::matmul(prim(lhs), prim(rhs)))
+}
+
+/// A burn `Linear` layer on rows `[n, d_in]`, through [`Kernels::matmul`].
+pub fn linear<B: Kernels>(layer: &burn::nn::Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let y = matmul(x, layer.weight.val());
+    match &layer.bias {
+        Some(bias) => y + bias.val().unsqueeze_dim(0),
+        None => y,
+    }
 }
 
 /// [`Kernels::attention`] on tensors.

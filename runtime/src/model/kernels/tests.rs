@@ -107,6 +107,89 @@ fn attention_matches_the_decomposed_ops() {
     }
 }
 
+/// The fused product and its backward equal burn's bit for bit (the same gemm sums in the
+/// same order), also on a transposed operand (the tied LM head) and under a thread pool that
+/// cuts the product into blocks.
+#[test]
+fn matmul_equals_burns_bit_for_bit() {
+    // (m, k, n, transposed rhs)
+    let cases = [
+        (7, 5, 3, false),
+        (300, 64, 200, false),
+        (512, 96, 300, true),
+        (16, 40, 900, true),
+    ];
+    for (i, (m, k, n, transposed)) in cases.into_iter().enumerate() {
+        let lhs = random([m, k], 2 * i as u64);
+        let rhs_data = if transposed {
+            random([n, k], 2 * i as u64 + 1)
+        } else {
+            random([k, n], 2 * i as u64 + 1)
+        };
+        let run = |decomposed: bool| {
+            let lhs = Tensor::<A, 2>::from_data(lhs.to_data(), &Default::default()).require_grad();
+            let leaf =
+                Tensor::<A, 2>::from_data(rhs_data.to_data(), &Default::default()).require_grad();
+            let rhs = if transposed {
+                leaf.clone().transpose()
+            } else {
+                leaf.clone()
+            };
+            let out = match decomposed {
+                true => with_decomposed_ops(|| matmul(lhs.clone(), rhs)),
+                false => matmul(lhs.clone(), rhs),
+            };
+            let grads = (out.clone() * random(out.dims(), 99)).sum().backward();
+            let bits = |t: Tensor<Flex, 2>| t.into_data().into_vec::<f32>().unwrap();
+            [
+                out.inner(),
+                lhs.grad(&grads).unwrap(),
+                leaf.grad(&grads).unwrap(),
+            ]
+            .map(bits)
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let fused = pool.install(|| run(false));
+        let reference = run(true);
+        for (what, (f, r)) in ["product", "lhs gradient", "rhs gradient"]
+            .iter()
+            .zip(fused.iter().zip(&reference))
+        {
+            assert!(
+                f.iter().zip(r).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "case {i}: the {what} differs from burn's"
+            );
+        }
+    }
+}
+
+/// Rows written into a KV-cache buffer land where burn's `slice_assign` puts them, and the
+/// write is in place when the buffer is not shared (and a copy when it is).
+#[test]
+fn cache_writes_equal_slice_assign_and_are_in_place() {
+    let buffer = random::<4>([2, 6, 3, 4], 1).inner();
+    let rows = random::<4>([2, 2, 3, 4], 2).inner();
+    let want = with_decomposed_ops(|| cache_write(buffer.clone(), 3, rows.clone()));
+    let shared = buffer.clone();
+    let got = cache_write(buffer, 3, rows.clone());
+    assert_eq!(got.to_data(), want.to_data());
+    // The shared copy kept its old rows.
+    assert_ne!(shared.to_data(), got.to_data());
+    let before = got.clone().into_primitive().tensor().data_arc();
+    let pointer = before.as_ptr();
+    drop(before);
+    let again = cache_write(got, 0, rows);
+    let after = again.clone().into_primitive().tensor().data_arc();
+    assert_eq!(
+        after.as_ptr(),
+        pointer,
+        "an unshared buffer is written in place"
+    );
+}
+
 #[test]
 fn a_query_that_sees_no_key_gets_zeros_and_finite_gradients() {
     // Left padding under a causal mask: the first two queries of row 0 see only pads.
