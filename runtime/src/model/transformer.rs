@@ -241,9 +241,8 @@ impl<B: Kernels> LayerCache<B> {
                 let fresh = || Tensor::<B, 4>::zeros([b, capacity, kvh, hd], &device);
                 let (mut ck, mut cv) = (fresh(), fresh());
                 if let Some((pk, pv)) = previous.filter(|_| self.len > 0) {
-                    let rows = [0..b, 0..self.len, 0..kvh, 0..hd];
-                    ck = ck.slice_assign(rows.clone(), pk.narrow(1, 0, self.len));
-                    cv = cv.slice_assign(rows, pv.narrow(1, 0, self.len));
+                    ck = kernels::cache_write(ck, 0, pk.narrow(1, 0, self.len));
+                    cv = kernels::cache_write(cv, 0, pv.narrow(1, 0, self.len));
                 }
                 (ck, cv)
             }

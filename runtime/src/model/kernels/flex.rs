@@ -13,7 +13,7 @@ impl Kernels for Flex {
         (!decomposed_only()).then_some(&FlexKernels)
     }
 
-    fn cache_write(mut buffer: FlexTensor, start: usize, rows: FlexTensor) -> FlexTensor {
+    fn cache_write(buffer: FlexTensor, start: usize, rows: FlexTensor) -> FlexTensor {
         if decomposed_only() {
             return super::decomposed::cache_write::<Self>(buffer, start, rows);
         }
@@ -24,10 +24,8 @@ impl Kernels for Flex {
             row_shape[0] == b && row_shape[2] * row_shape[3] == width && start + t <= capacity,
             "cache_write: rows {row_shape:?} at {start} do not fit a buffer {shape:?}"
         );
-        if !buffer.is_contiguous() || buffer.layout().start_offset() != 0 {
-            buffer = dense(buffer);
-        }
-        let rows = dense(rows);
+        // `dense` returns a dense buffer as it is (its only holder stays its only holder).
+        let (mut buffer, rows) = (dense(buffer), dense(rows));
         // Copy-on-write: a copy only if someone else still holds the buffer.
         let dst = buffer.storage_mut::<f32>();
         for (r, src) in values(&rows).chunks_exact(t * width).enumerate() {

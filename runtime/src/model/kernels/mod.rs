@@ -1,10 +1,9 @@
 //! The policy's fused operations as a backend extension (burn's pattern for custom kernels).
 //!
 //! [`Kernels`] names the operations a decoder block spends its time in: the linear layers'
-//! products, attention, RMSNorm, SwiGLU, the rotary embedding and the LM head's log-softmax
-//! over the vocabulary. Each has a
-//! decomposed default built from burn's tensor ops, which every backend can run and autodiff
-//! records op by op. A backend with its own kernels returns them from [`Kernels::fused`] as a
+//! products, attention, RMSNorm, SwiGLU, the rotary embedding, the LM head's log-softmax over
+//! the vocabulary and the KV cache's writes. Each has a decomposed default built from burn's
+//! tensor ops, which every backend can run and autodiff records op by op. A backend with its own kernels returns them from [`Kernels::fused`] as a
 //! [`Fused`] table of forward/backward pairs: flex does (`agentry_kernels`: tiled attention
 //! with an online softmax, one-pass norms, the vocabulary chunked so `[tokens, vocab]` logits
 //! are never whole). `Autodiff<B>` then records each operation as one node whose backward is
