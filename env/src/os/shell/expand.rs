@@ -101,3 +101,73 @@ impl Shell {
         candidates
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::run_fresh;
+
+    #[test]
+    fn variables() {
+        assert_eq!(
+            run_fresh("cd /data; echo $HOME $USER $PWD $SHELL $?"),
+            "/home/user user /data /bin/bash 0\n"
+        );
+        assert_eq!(
+            run_fresh("ls /nope; echo $? $?"),
+            "ls: cannot access '/nope': No such file or directory\n2 2\n"
+        );
+        assert_eq!(
+            run_fresh("echo ${HOME}x ${USER} $ a $1x"),
+            "/home/userx user $ a $1x\n"
+        );
+        assert_eq!(
+            run_fresh(r#"echo '$HOME' "$HOME" \$HOME"#),
+            "$HOME /home/user $HOME\n"
+        );
+        // `$?` is read when the command runs, not when the script is parsed.
+        assert_eq!(
+            run_fresh("echo $?; ls /nope 2>/dev/null; echo $?"),
+            "0\n2\n"
+        );
+    }
+
+    #[test]
+    fn empty_unquoted_expansion_is_dropped() {
+        assert_eq!(
+            run_fresh(r#"echo $NOPE x; echo "$NOPE" x; echo ''x"#),
+            "x\n x\nx\n"
+        );
+        assert_eq!(run_fresh("$NOPE; echo $?"), "0\n");
+    }
+
+    #[test]
+    fn tilde() {
+        assert_eq!(
+            run_fresh(r#"echo ~ ~/a x~ '~' ~user "~""#),
+            "/home/user /home/user/a x~ ~ ~user ~\n"
+        );
+        assert_eq!(run_fresh("cd /; cd ~; pwd"), "/home/user\n");
+    }
+
+    #[test]
+    fn globs() {
+        assert_eq!(
+            run_fresh("cd /data; echo *.txt; echo *.log ?.log; echo /data/*/*.log"),
+            "nums.txt words.txt\na.log a.log\n/data/sub/b.log\n"
+        );
+        assert_eq!(
+            run_fresh("echo /data/*"),
+            "/data/a.log /data/nums.txt /data/sub /data/t.csv /data/words.txt\n"
+        );
+        // Quoted wildcards and no match leave the word as written.
+        assert_eq!(
+            run_fresh(r#"cd /data; echo '*.log' "*".log \*.log nomatch*"#),
+            "*.log *.log *.log nomatch*\n"
+        );
+        // Hidden names need a leading dot in the pattern.
+        assert_eq!(run_fresh("touch .hidden; echo *; echo .*"), "*\n.hidden\n");
+        // A variable's value is never a pattern; the rest of the word still is.
+        assert_eq!(run_fresh("cd /data; echo $PWD/*.log"), "/data/a.log\n");
+        assert_eq!(run_fresh("cd /data/sub; echo ../*.csv"), "../t.csv\n");
+    }
+}

@@ -75,3 +75,25 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     pat.get(p..)
         .is_some_and(|rest| rest.iter().all(|x| *x == P::Star))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matching() {
+        assert!(glob_match("*.t?t", "a.txt"));
+        assert!(!glob_match("*.txt", "a.txt.bak"));
+        assert!(glob_match("*", "") && glob_match("a*b*c", "aXbYbc"));
+        assert!(!glob_match("?", "") && glob_match("?", "é"));
+        assert!(glob_match("\\*", "*") && !glob_match("\\*", "a"));
+        assert!(!glob_match("a", "ab") && !glob_match("ab", "a"));
+    }
+
+    #[test]
+    fn escapes() {
+        assert!(has_wildcard("a*") && has_wildcard("\\\\?"));
+        assert!(!has_wildcard("a\\*b\\?") && !has_wildcard("plain"));
+        assert_eq!(unescape("a\\*b\\\\c"), "a*b\\c");
+    }
+}

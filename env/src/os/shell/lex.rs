@@ -313,3 +313,110 @@ fn dollar(chars: &[char], i: usize) -> Option<(String, usize)> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each token as a string: a word's text, or the operator.
+    fn toks(script: &str) -> Vec<String> {
+        lex(script)
+            .unwrap()
+            .iter()
+            .map(|t| match t {
+                Tok::Word(w) => w.text.clone(),
+                t => t.show().to_string(),
+            })
+            .collect()
+    }
+
+    fn word(script: &str) -> Word {
+        match lex(script).unwrap().pop() {
+            Some(Tok::Word(w)) => w,
+            other => panic!("not a word: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn operators() {
+        assert_eq!(
+            toks("a|b&&c||d;e\nf"),
+            ["a", "|", "b", "&&", "c", "||", "d", ";", "e", ";", "f"]
+        );
+        assert_eq!(
+            toks("a >f >>g <h 2>i 2>>j 2>&1"),
+            [
+                "a", ">", "f", ">>", "g", "<", "h", "2>", "i", "2>>", "j", "2>&1"
+            ]
+        );
+        // Only a bare unquoted `2` right before `>` names stderr.
+        assert_eq!(toks("x2>f '2'>g"), ["x2", ">", "f", "2", ">", "g"]);
+        assert_eq!(toks("a &&b"), ["a", "&&", "b"]);
+    }
+
+    #[test]
+    fn quoting_and_escapes() {
+        assert_eq!(toks(r#"'a  b' "c  d" e\ f"#), ["a  b", "c  d", "e f"]);
+        assert_eq!(
+            toks(r#""a\"b\\c\$d\e" 'x\y' a\"b"#),
+            [r#"a"b\c$d\e"#, r"x\y", r#"a"b"#]
+        );
+        assert_eq!(toks("a\\\nb"), ["ab"]);
+        assert_eq!(toks("a\\"), ["a\\"]);
+        assert_eq!(toks("'' \"\""), ["", ""]);
+        // Quoted glob characters are escaped in the pattern and do not make a glob.
+        let w = word("'*'.t?t");
+        assert_eq!(
+            (w.text.as_str(), w.pattern.as_str(), w.glob),
+            ("*.t?t", "\\*.t?t", true)
+        );
+        let w = word("\"*\"");
+        assert_eq!((w.pattern.as_str(), w.glob), ("\\*", false));
+    }
+
+    #[test]
+    fn variables_are_recorded_not_expanded() {
+        let w = word(r#"a"$HOME/${USER}x"$?'$PWD'"#);
+        assert_eq!(w.text, "a/x$PWD");
+        let names: Vec<(usize, &str)> = w.vars.iter().map(|(t, _, n)| (*t, n.as_str())).collect();
+        assert_eq!(names, [(1, "HOME"), (2, "USER"), (3, "?")]);
+        // A lone `$` is a character.
+        assert_eq!(toks("$ a$ \"$\""), ["$", "a$", "$"]);
+        let w = word("$NOPE");
+        assert!(!w.literal && w.text.is_empty());
+    }
+
+    #[test]
+    fn comments_and_tilde() {
+        assert_eq!(toks("echo a # b c"), ["echo", "a"]);
+        assert_eq!(toks("echo a#b #c\nx"), ["echo", "a#b", ";", "x"]);
+        assert_eq!(toks("# only"), Vec::<String>::new());
+        assert_eq!(
+            toks("~ ~/a x~ ~user '~' ~;"),
+            [HOME, "/home/user/a", "x~", "~user", "~", HOME, ";"]
+        );
+    }
+
+    #[test]
+    fn errors() {
+        let err = |s: &str| lex(s).unwrap_err();
+        assert_eq!(
+            err("echo 'a"),
+            "bash: unexpected EOF while looking for matching `''"
+        );
+        assert_eq!(
+            err("echo \"a"),
+            "bash: unexpected EOF while looking for matching `\"'"
+        );
+        assert_eq!(
+            err("sleep 1 &"),
+            "bash: background jobs (&) are not supported in this sandbox"
+        );
+        let subst = "bash: command substitution is not supported in this sandbox";
+        assert_eq!(err("echo $(ls)"), subst);
+        assert_eq!(err("echo `ls`"), subst);
+        assert_eq!(err("echo \"`ls`\""), subst);
+        assert_eq!(err("(ls)"), "bash: syntax error near unexpected token `('");
+        assert_eq!(toks("a(b)"), ["a(b)"]);
+    }
+}

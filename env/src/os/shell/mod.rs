@@ -284,24 +284,38 @@ impl Shell {
     }
 }
 
+/// The shell the tests share: small files under `/data`, started in [`HOME`].
+#[cfg(test)]
+fn test_shell() -> Shell {
+    let mut fs = Fs::default();
+    let files = [
+        ("/data/nums.txt", "5\n12\n3\n"),
+        ("/data/a.log", "ERROR x\nINFO y\nERROR z\n"),
+        ("/data/sub/b.log", "ERROR q\n"),
+        ("/data/words.txt", "pear\napple\npear\npear\nfig\n"),
+        ("/data/t.csv", "id,name,qty\n1,ab,3\n2,cd,10\n"),
+    ];
+    fs.mkdir(HOME, true).unwrap();
+    fs.mkdir("/data/sub", true).unwrap();
+    for (path, text) in files {
+        fs.write(path, text, false).unwrap();
+    }
+    Shell::new(fs)
+}
+
+/// The output of `script` run by a fresh [`test_shell`].
+#[cfg(test)]
+fn run_fresh(script: &str) -> String {
+    test_shell().run(script)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn shell() -> Shell {
-        let mut fs = Fs::default();
-        fs.mkdir(HOME, true).unwrap();
-        fs.mkdir("/data/sub", true).unwrap();
-        fs.write("/data/nums.txt", "5\n12\n3\n", false).unwrap();
-        fs.write("/data/a.log", "ERROR x\nINFO y\nERROR z\n", false)
-            .unwrap();
-        fs.write("/data/sub/b.log", "ERROR q\n", false).unwrap();
-        Shell::new(fs)
-    }
-
     #[test]
     fn pipelines_and_sequencing() {
-        let mut sh = shell();
+        let mut sh = test_shell();
         assert_eq!(sh.run("sort -n /data/nums.txt | tail -n 1"), "12\n");
         assert_eq!(sh.run("sort -n -r /data/nums.txt | head -n 1"), "12\n");
         assert_eq!(sh.run("grep -c ERROR /data/a.log"), "2\n");
@@ -336,7 +350,7 @@ mod tests {
 
     #[test]
     fn listing_modes_and_copies() {
-        let mut sh = shell();
+        let mut sh = test_shell();
         sh.run("mkdir -p /x/y && touch /x/y/s.sh && chmod 755 /x/y/s.sh");
         assert_eq!(sh.run("ls -l /x/y"), "-rwxr-xr-x 1 user user 0 s.sh\n");
         sh.run("chmod go-rx /x/y/s.sh");
@@ -359,5 +373,155 @@ mod tests {
             "      1 x\n      1 y\n      1 z\n"
         );
         assert!(sh.run(&"echo x | ".repeat(9)).contains("pipeline too long"));
+    }
+
+    #[test]
+    fn and_or_and_status() {
+        assert_eq!(
+            run_fresh("ls /nope || echo failed && echo after"),
+            "ls: cannot access '/nope': No such file or directory\nfailed\nafter\n"
+        );
+        assert_eq!(
+            run_fresh("echo ok && ls /nope && echo no; echo $?"),
+            "ok\nls: cannot access '/nope': No such file or directory\n2\n"
+        );
+        assert_eq!(run_fresh("echo a;echo b&&echo c||echo d"), "a\nb\nc\n");
+        assert_eq!(run_fresh("echo a\necho b"), "a\nb\n");
+        // A syntax error runs nothing and leaves status 2 for the next script.
+        let mut sh = test_shell();
+        assert_eq!(
+            sh.run("echo a; echo b |"),
+            "bash: syntax error: unexpected end of file\n"
+        );
+        assert_eq!(sh.run("echo $?"), "2\n");
+    }
+
+    #[test]
+    fn redirections() {
+        assert_eq!(
+            run_fresh("echo hi > f; echo more >> f; cat < f"),
+            "hi\nmore\n"
+        );
+        assert_eq!(
+            run_fresh("cat /nope 2> e; echo $?; cat e"),
+            "1\ncat: /nope: No such file or directory\n"
+        );
+        assert_eq!(
+            run_fresh("cat /nope 2>> e; cat /nope 2>> e; wc -l e"),
+            "2 e\n"
+        );
+        assert_eq!(run_fresh("cat /nope 2>&1 | wc -l"), "1\n");
+        assert_eq!(
+            run_fresh("cat /nope > out 2>&1; cat out"),
+            "cat: /nope: No such file or directory\n"
+        );
+        assert_eq!(
+            run_fresh("echo x 2>/dev/null; echo 2 > /dev/null; echo \"2\">f; cat f"),
+            "x\n2\n"
+        );
+        assert_eq!(run_fresh("cat < /dev/null | wc -c"), "0\n");
+        // A glob with one match is the target.
+        assert_eq!(
+            run_fresh("cd /data; echo x > *.log; echo $?; cat a.log"),
+            "0\nx\n"
+        );
+    }
+
+    #[test]
+    fn redirection_errors() {
+        assert_eq!(
+            run_fresh("cat < /nope; echo $?"),
+            "bash: /nope: No such file or directory\n1\n"
+        );
+        assert_eq!(
+            run_fresh("echo x > /nope/f; echo $?"),
+            "bash: /nope/f: No such file or directory\n1\n"
+        );
+        assert_eq!(run_fresh("echo x > /data"), "bash: /data: Is a directory\n");
+        assert_eq!(
+            run_fresh("echo x > /data/*.txt; echo $?"),
+            "bash: /data/*.txt: ambiguous redirect\n1\n"
+        );
+        assert_eq!(run_fresh("echo x > $NOPE"), "bash: : ambiguous redirect\n");
+    }
+
+    #[test]
+    fn programs_that_are_not_commands() {
+        assert_eq!(
+            run_fresh("foo; echo $?; /bin/ls; echo $?; /data/nums.txt; echo $?; ./x; echo $?"),
+            "bash: foo: command not found\n127\nbash: /bin/ls: No such file or directory\n127\nbash: /data/nums.txt: running programs is not supported in this sandbox\n127\nbash: ./x: No such file or directory\n127\n"
+        );
+        assert_eq!(
+            run_fresh("cd /data; D=1 echo $PWD/*.log"),
+            "bash: D=1: command not found\n"
+        );
+    }
+
+    #[test]
+    fn pipeline_and_script_limits() {
+        let pipe = |n: usize| format!("echo 1{}", " | cat".repeat(n - 1));
+        assert_eq!(run_fresh(&pipe(MAX_PIPELINE)), "1\n");
+        assert_eq!(
+            run_fresh(&pipe(MAX_PIPELINE + 1)),
+            "bash: pipeline too long (at most 8 commands in this sandbox)\n"
+        );
+        let seq = |n: usize| "echo a;".repeat(n);
+        assert_eq!(run_fresh(&seq(MAX_COMMANDS)), "a\n".repeat(MAX_COMMANDS));
+        // Nothing runs when the script is too long.
+        assert_eq!(
+            run_fresh(&seq(MAX_COMMANDS + 1)),
+            "bash: script too long (at most 32 commands in this sandbox)\n"
+        );
+        let args = |n: usize| format!("echo{}", " a".repeat(n));
+        // The command's name counts as one of the arguments.
+        assert_eq!(
+            run_fresh(&format!("{} | wc -w", args(MAX_ARGS - 1))),
+            "511\n"
+        );
+        assert_eq!(
+            run_fresh(&format!("{}; echo $?", args(MAX_ARGS))),
+            "bash: argument list too long\n126\n"
+        );
+    }
+
+    #[test]
+    fn output_is_cut_with_a_note() {
+        let x = |n: usize| "x".repeat(n);
+        // 800 characters with the newline: kept whole.
+        let whole = format!("{}\n", x(MAX_OUTPUT_CHARS - 1));
+        assert_eq!(
+            run_fresh(&format!("echo {}", x(MAX_OUTPUT_CHARS - 1))),
+            whole
+        );
+        assert_eq!(
+            run_fresh(&format!("echo {}", x(900))),
+            format!("{}\n{CUT_NOTE}", x(MAX_OUTPUT_CHARS))
+        );
+        // Cut just after a newline: no blank line before the note.
+        assert_eq!(
+            run_fresh(&format!("echo {}; echo b", x(MAX_OUTPUT_CHARS - 1))),
+            format!("{whole}{CUT_NOTE}")
+        );
+        // Characters, not bytes.
+        assert_eq!(
+            run_fresh(&format!("echo {}", "é".repeat(900))),
+            format!("{}\n{CUT_NOTE}", "é".repeat(MAX_OUTPUT_CHARS))
+        );
+    }
+
+    #[test]
+    fn streams_and_work_are_bounded() {
+        let mut sh = test_shell();
+        sh.fs.write("/big", &"y".repeat(MAX_STREAM), false).unwrap();
+        assert_eq!(sh.run("cat /big /big | wc -c"), format!("{MAX_STREAM}\n"));
+        // 64 reads of 64 KiB are exactly the budget; the 65th is refused.
+        let cat = |n: usize| format!("cat{} > /dev/null; echo $?", " /big".repeat(n));
+        assert_eq!(sh.run(&cat(MAX_WORK / MAX_STREAM)), "0\n");
+        assert_eq!(
+            sh.run(&cat(MAX_WORK / MAX_STREAM + 1)),
+            "cat: this script read more than 4194304 bytes, the sandbox's limit\n1\n"
+        );
+        // The budget is per script.
+        assert_eq!(sh.run("wc -c /big"), "65536 /big\n");
     }
 }

@@ -101,3 +101,112 @@ pub(super) fn parse(toks: Vec<Tok>) -> Result<Vec<(Link, Vec<Cmd>)>, String> {
     }
     Ok(lines)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::lex::lex;
+    use super::*;
+
+    /// Each pipeline as its link and its commands' words.
+    fn lines(script: &str) -> Vec<(Link, Vec<Vec<String>>)> {
+        lex(script)
+            .and_then(parse)
+            .unwrap()
+            .into_iter()
+            .map(|(link, cmds)| {
+                let words = cmds
+                    .iter()
+                    .map(|c| c.words.iter().map(|w| w.text.clone()).collect())
+                    .collect();
+                (link, words)
+            })
+            .collect()
+    }
+
+    fn error(script: &str) -> String {
+        lex(script).and_then(parse).unwrap_err()
+    }
+
+    #[test]
+    fn pipes_and_links() {
+        let w = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            lines("a x | b; c && d || e\nf"),
+            [
+                (Link::Seq, vec![w(&["a", "x"]), w(&["b"])]),
+                (Link::Seq, vec![w(&["c"])]),
+                (Link::And, vec![w(&["d"])]),
+                (Link::Or, vec![w(&["e"])]),
+                (Link::Seq, vec![w(&["f"])]),
+            ]
+        );
+        // Empty commands between `;` and at the ends are skipped.
+        assert_eq!(lines("; a ; ; b ;").len(), 2);
+        assert!(lines("").is_empty());
+    }
+
+    #[test]
+    fn redirections() {
+        let parsed = lex("a > f 2>&1 < g 2>> h b").and_then(parse).unwrap();
+        let [(_, cmds)] = parsed.as_slice() else {
+            panic!("one pipeline")
+        };
+        let [cmd] = cmds.as_slice() else {
+            panic!("one command")
+        };
+        let words: Vec<&str> = cmd.words.iter().map(|w| w.text.as_str()).collect();
+        assert_eq!(words, ["a", "b"]);
+        let redirs: Vec<(Redir, &str)> = cmd
+            .redirs
+            .iter()
+            .map(|(r, w)| (*r, w.text.as_str()))
+            .collect();
+        assert_eq!(
+            redirs,
+            [
+                (Redir::Out, "f"),
+                (Redir::ErrToOut, ""),
+                (Redir::In, "g"),
+                (Redir::ErrAppend, "h")
+            ]
+        );
+        // A command of redirections only is a command.
+        assert_eq!(lines("> f").len(), 1);
+    }
+
+    #[test]
+    fn syntax_errors() {
+        let near = |t: &str| format!("bash: syntax error near unexpected token `{t}'");
+        assert_eq!(error("| echo"), near("|"));
+        assert_eq!(error("echo a | | b"), near("|"));
+        assert_eq!(error("&& echo b"), near("&&"));
+        assert_eq!(error("echo a || || b"), near("||"));
+        assert_eq!(error("echo a | ; b"), near(";"));
+        assert_eq!(error("echo a && ; b"), near(";"));
+        assert_eq!(error("echo >"), near("newline"));
+        assert_eq!(error("echo > | cat"), near("|"));
+        assert_eq!(error("echo > >> f"), near(">>"));
+        assert_eq!(
+            error("echo a &&"),
+            "bash: syntax error: unexpected end of file"
+        );
+        assert_eq!(
+            error("echo a |"),
+            "bash: syntax error: unexpected end of file"
+        );
+    }
+
+    #[test]
+    fn limits() {
+        let pipe = |n: usize| vec!["a"; n].join(" | ");
+        assert_eq!(lines(&pipe(MAX_PIPELINE)).len(), 1);
+        let too_long = "bash: pipeline too long (at most 8 commands in this sandbox)";
+        assert_eq!(error(&pipe(MAX_PIPELINE + 1)), too_long);
+        assert_eq!(error(&format!("{} | a; b", pipe(MAX_PIPELINE))), too_long);
+        let seq = |n: usize| vec!["a"; n].join("; ");
+        assert_eq!(lines(&seq(MAX_COMMANDS)).len(), MAX_COMMANDS);
+        let script_long = "bash: script too long (at most 32 commands in this sandbox)";
+        assert_eq!(error(&seq(MAX_COMMANDS + 1)), script_long);
+        assert_eq!(error(&format!("{}; a", seq(MAX_COMMANDS + 1))), script_long);
+    }
+}

@@ -179,28 +179,75 @@ impl Regex {
 
 #[cfg(test)]
 mod tests {
-    use super::super::glob_match;
     use super::*;
 
+    fn m(pattern: &str, line: &str) -> bool {
+        Regex::new(pattern, false, false).unwrap().matches(line)
+    }
+
     #[test]
-    fn regex_subset() {
-        let r = |p: &str, l: &str| Regex::new(p, false, false).unwrap().matches(l);
-        assert!(r("^ab*c$", "ac"));
-        assert!(r("^ab*c$", "abbbc"));
-        assert!(!r("^ab*c$", "abbbcd"));
-        assert!(r("b.d", "abcde"));
-        assert!(r("[0-9][0-9]*", "x42"));
-        assert!(!r("^[^a]", "abc"));
-        assert!(r("a\\.b", "a.b"));
-        assert!(!r("a\\.b", "axb"));
-        assert!(r("", "anything"));
-        assert!(
-            Regex::new("ERROR", false, true)
-                .unwrap()
-                .matches("an error")
+    fn anchors() {
+        assert!(m("^ab*c$", "ac"));
+        assert!(m("^ab*c$", "abbbc"));
+        assert!(!m("^ab*c$", "abbbcd"));
+        assert!(m("^ab", "abc") && !m("^ab", "cab"));
+        assert!(m("bc$", "abc") && !m("bc$", "bca"));
+        assert!(m("^$", "") && !m("^$", "a"));
+        assert!(m("", "anything"));
+        // `^` elsewhere and an escaped final `$` are literals.
+        assert!(m("a^", "a^") && m("a\\$", "a$") && !m("a\\$", "a"));
+    }
+
+    #[test]
+    fn classes() {
+        assert!(m("[0-9][0-9]*", "x42") && !m("[0-9]", "xy"));
+        assert!(m("^[abc]*$", "cab") && !m("^[abc]*$", "cad"));
+        assert!(!m("^[^a]", "abc") && m("^[^a]", "bc"));
+        // `]` first in a class and `-` before `]` are members.
+        assert!(m("[]x]", "]") && m("[a-]", "-") && !m("[a-]", "b"));
+        assert_eq!(
+            Regex::new("[ab", false, false).unwrap_err(),
+            "grep: Unmatched [, [^, [:, [., or [="
         );
-        assert!(glob_match("*.t?t", "a.txt"));
-        assert!(!glob_match("*.txt", "a.txt.bak"));
-        assert!(glob_match("\\*", "*"));
+    }
+
+    #[test]
+    fn star_dot_and_escapes() {
+        assert!(m("b.d", "abcde") && !m("b.d", "bd"));
+        assert!(m("a.*z", "a to z") && !m("a.*z", "z to a"));
+        assert!(m("*a", "x*a") && !m("*a", "xa"));
+        assert!(m("a\\.b", "a.b"));
+        assert!(!m("a\\.b", "axb"));
+        assert!(m("a\\*", "a*") && !m("a\\*", "a"));
+        assert_eq!(
+            Regex::new("[a-z]x*.\\.", false, false).unwrap().atoms,
+            [
+                (Atom::Class(vec![('a', 'z')], false), false),
+                (Atom::Lit('x'), true),
+                (Atom::Any, false),
+                (Atom::Lit('.'), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn fixed_and_ignore_case() {
+        let fixed = Regex::new("^a.b$", true, false).unwrap();
+        assert!(fixed.matches("x^a.b$y") && !fixed.matches("axb"));
+        let folded = Regex::new("ERROR", false, true).unwrap();
+        assert!(folded.matches("an error") && folded.matches("An ErRoR"));
+    }
+
+    #[test]
+    fn pattern_too_long() {
+        let at_most = "a".repeat(MAX_PATTERN);
+        assert!(Regex::new(&at_most, false, false).is_ok());
+        assert!(Regex::new(&"a*".repeat(MAX_PATTERN), false, false).is_ok());
+        for fixed in [false, true] {
+            assert_eq!(
+                Regex::new(&format!("{at_most}a"), fixed, false).unwrap_err(),
+                "grep: pattern too long"
+            );
+        }
     }
 }

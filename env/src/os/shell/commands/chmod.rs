@@ -115,3 +115,53 @@ fn parse_mode(mode: &str, old: u16) -> Option<u16> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::run_fresh;
+    use super::parse_mode;
+
+    #[test]
+    fn modes() {
+        assert_eq!(parse_mode("755", 0), Some(0o755));
+        assert_eq!(parse_mode("0644", 0o777), Some(0o644));
+        assert_eq!(parse_mode("+x", 0o644), Some(0o755));
+        assert_eq!(parse_mode("u+rw", 0), Some(0o600));
+        assert_eq!(parse_mode("go-w", 0o777), Some(0o755));
+        assert_eq!(parse_mode("a=r", 0o777), Some(0o444));
+        assert_eq!(parse_mode("o=x", 0o777), Some(0o771));
+        for bad in ["", "8", "12345", "u+", "u+rw,g+r", "z+x", "+s"] {
+            assert_eq!(parse_mode(bad, 0), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn chmod() {
+        assert_eq!(
+            run_fresh(
+                "chmod 600 /data/nums.txt; chmod a=r /data/t.csv; chmod +x /data/words.txt; ls -l /data"
+            ),
+            "-rw-r--r-- 1 user user   23 a.log\n-rw------- 1 user user    7 nums.txt\ndrwxr-xr-x 1 user user 4096 sub\n-r--r--r-- 1 user user   27 t.csv\n-rwxr-xr-x 1 user user   25 words.txt\n"
+        );
+        assert_eq!(
+            run_fresh("chmod -R go-rwx /data; ls -l /data /data/sub"),
+            "/data:\n-rw------- 1 user user   23 a.log\n-rw------- 1 user user    7 nums.txt\ndrwx------ 1 user user 4096 sub\n-rw------- 1 user user   27 t.csv\n-rw------- 1 user user   25 words.txt\n\n/data/sub:\n-rw------- 1 user user 8 b.log\n"
+        );
+    }
+
+    #[test]
+    fn chmod_errors() {
+        assert_eq!(
+            run_fresh("chmod; echo $?; chmod 755; echo $?; chmod xyz /data; echo $?"),
+            "chmod: missing operand\n1\nchmod: missing operand after '755'\n1\nchmod: invalid mode: 'xyz'\n1\n"
+        );
+        assert_eq!(
+            run_fresh("chmod -v /data; echo $?; chmod 644 /nope; echo $?"),
+            "chmod: invalid option -- 'v'\nTry 'chmod --help' for more information.\n1\nchmod: cannot access '/nope': No such file or directory\n1\n"
+        );
+        assert_eq!(
+            run_fresh("chmod u+x,g+r /data/a.log; echo $?"),
+            "chmod: invalid mode: 'u+x,g+r'\n1\n"
+        );
+    }
+}

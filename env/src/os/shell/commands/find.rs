@@ -99,3 +99,42 @@ impl Shell {
         status
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::run_fresh;
+
+    #[test]
+    fn find() {
+        assert_eq!(
+            run_fresh("find /data -name '*.txt'; find /data -maxdepth 1 -type d"),
+            "/data/nums.txt\n/data/words.txt\n/data\n/data/sub\n"
+        );
+        assert_eq!(
+            run_fresh(
+                "cd /data; find . -name '*.log'; find sub/ -type f; find / -maxdepth 1 -name data"
+            ),
+            "./a.log\n./sub/b.log\nsub/b.log\n/data\n"
+        );
+        assert_eq!(
+            run_fresh("find /data -iname 'NUMS*'; find -type d"),
+            "/data/nums.txt\n.\n"
+        );
+    }
+
+    #[test]
+    fn find_errors() {
+        assert_eq!(
+            run_fresh(
+                "find /nope; echo $?; find /data -type x; echo $?; find /data -name; echo $?"
+            ),
+            "find: '/nope': No such file or directory\n1\nfind: Unknown argument to -type: x\n1\nfind: missing argument to `-name'\n1\n"
+        );
+        assert_eq!(
+            run_fresh(
+                "find /data -foo bar; echo $?; find /data -maxdepth x; echo $?; find /data -foo; echo $?"
+            ),
+            "find: unknown predicate `-foo'\n1\nfind: Expected a positive decimal integer argument to -maxdepth, but got `x'\n1\nfind: unknown predicate `-foo'\n1\n"
+        );
+    }
+}

@@ -107,3 +107,47 @@ impl Shell {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::run_fresh;
+
+    #[test]
+    fn grep() {
+        assert_eq!(
+            run_fresh(
+                "grep -n ERROR /data/a.log; grep -r ERROR /data; grep -c ERROR /data/a.log /data/sub/b.log"
+            ),
+            "1:ERROR x\n3:ERROR z\n/data/a.log:ERROR x\n/data/a.log:ERROR z\n/data/sub/b.log:ERROR q\n/data/a.log:2\n/data/sub/b.log:1\n"
+        );
+        assert_eq!(
+            run_fresh(
+                "grep -l ERROR /data/*.log /data/nums.txt; grep -i error /data/a.log; grep -v ERROR /data/a.log; grep -h ERROR /data/a.log /data/sub/b.log"
+            ),
+            "/data/a.log\nERROR x\nERROR z\nINFO y\nERROR x\nERROR z\nERROR q\n"
+        );
+        assert_eq!(
+            run_fresh(
+                "grep -rn q /data/sub; cat /data/a.log | grep -c INFO; grep -rl ERROR /data/"
+            ),
+            "/data/sub/b.log:1:ERROR q\n1\n/data/a.log\n/data/sub/b.log\n"
+        );
+        assert_eq!(
+            run_fresh("grep '^ERROR' /data/a.log; grep 'y$' /data/a.log; grep 'R.O' /data/a.log"),
+            "ERROR x\nERROR z\nINFO y\nERROR x\nERROR z\n"
+        );
+        assert_eq!(run_fresh("grep -F 'a.b' /data/t.csv; echo $?"), "1\n");
+    }
+
+    #[test]
+    fn grep_errors() {
+        assert_eq!(
+            run_fresh("grep; echo $?; grep x /nope; echo $?; grep zzz /data/a.log; echo $?"),
+            "Usage: grep [OPTION]... PATTERNS [FILE]...\n2\ngrep: /nope: No such file or directory\n2\n1\n"
+        );
+        assert_eq!(
+            run_fresh("grep -z x; echo $?; grep x /data; echo $?; grep '[a' /data/a.log; echo $?"),
+            "grep: invalid option -- 'z'\nTry 'grep --help' for more information.\n2\ngrep: /data: Is a directory\n2\ngrep: Unmatched [, [^, [:, [., or [=\n2\n"
+        );
+    }
+}

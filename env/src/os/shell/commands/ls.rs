@@ -93,3 +93,40 @@ pub fn mode_string(node: &Node) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::run_fresh;
+
+    #[test]
+    fn ls() {
+        assert_eq!(
+            run_fresh("ls; ls /data; ls -a /data/sub; ls -1 /data/sub"),
+            "a.log\nnums.txt\nsub\nt.csv\nwords.txt\n.\n..\nb.log\nb.log\n"
+        );
+        assert_eq!(
+            run_fresh("ls -l /data; ls -la /data/sub"),
+            "-rw-r--r-- 1 user user   23 a.log\n-rw-r--r-- 1 user user    7 nums.txt\ndrwxr-xr-x 1 user user 4096 sub\n-rw-r--r-- 1 user user   27 t.csv\n-rw-r--r-- 1 user user   25 words.txt\ndrwxr-xr-x 1 user user 4096 .\ndrwxr-xr-x 1 user user 4096 ..\n-rw-r--r-- 1 user user    8 b.log\n"
+        );
+        assert_eq!(
+            run_fresh("ls /data/nums.txt /data/sub /data"),
+            "/data/nums.txt\n\n/data/sub:\nb.log\n\n/data:\na.log\nnums.txt\nsub\nt.csv\nwords.txt\n"
+        );
+    }
+
+    #[test]
+    fn ls_errors() {
+        assert_eq!(
+            run_fresh("ls /nope; echo $?"),
+            "ls: cannot access '/nope': No such file or directory\n2\n"
+        );
+        assert_eq!(
+            run_fresh("ls /nope /data/sub; echo $?"),
+            "ls: cannot access '/nope': No such file or directory\n/data/sub:\nb.log\n2\n"
+        );
+        assert_eq!(
+            run_fresh("ls --all; echo $?"),
+            "ls: unrecognized option '--all'\nTry 'ls --help' for more information.\n2\n"
+        );
+    }
+}

@@ -91,3 +91,25 @@ fn options<'a>(
     }
     Some((flags, operands))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Out;
+    use super::options;
+
+    #[test]
+    fn options_split_flags_from_operands() {
+        let args: Vec<String> = ["-la", "x", "-", "-1", "--", "-b"]
+            .map(String::from)
+            .to_vec();
+        let mut err = Out::default();
+        let (flags, operands) = options("ls", &args, "al1", &mut err).unwrap();
+        assert_eq!((flags.as_str(), operands), ("la1", vec!["x", "-", "-b"]));
+        assert_eq!(err.text, "");
+        assert!(options("ls", &args, "l", &mut err).is_none());
+        assert_eq!(
+            err.text,
+            "ls: invalid option -- 'a'\nTry 'ls --help' for more information.\n"
+        );
+    }
+}

@@ -361,3 +361,196 @@ fn leading_number(line: &str) -> f64 {
         .map_or(s.len(), |(i, _)| i);
     s.get(..end).and_then(|n| n.parse().ok()).unwrap_or(0.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::run_fresh;
+    use super::{leading_number, parse_fields};
+
+    #[test]
+    fn fields_and_numbers() {
+        assert_eq!(parse_fields("1,3"), Ok(vec![(1, 1), (3, 3)]));
+        assert_eq!(
+            parse_fields("2-4,3-,-2"),
+            Ok(vec![(2, 4), (3, usize::MAX), (1, 2)])
+        );
+        assert_eq!(
+            parse_fields("0"),
+            Err("cut: fields are numbered from 1".to_string())
+        );
+        assert_eq!(
+            parse_fields("1-x"),
+            Err("cut: invalid field value '1-x'".to_string())
+        );
+        assert_eq!(leading_number("  12abc"), 12.0);
+        assert_eq!(leading_number("-3.5x"), -3.5);
+        assert_eq!(leading_number("x1"), 0.0);
+    }
+
+    #[test]
+    fn cat() {
+        assert_eq!(
+            run_fresh("cat /data/nums.txt; echo hi | cat - /data/nums.txt"),
+            "5\n12\n3\nhi\n5\n12\n3\n"
+        );
+    }
+
+    #[test]
+    fn cat_errors() {
+        assert_eq!(
+            run_fresh("cat /data/nope /data/nums.txt; echo $?"),
+            "cat: /data/nope: No such file or directory\n5\n12\n3\n1\n"
+        );
+        assert_eq!(
+            run_fresh("cat /data; echo $?"),
+            "cat: /data: Is a directory\n1\n"
+        );
+        assert_eq!(
+            run_fresh("cat -n /data/nums.txt; echo $?"),
+            "cat: invalid option -- 'n'\nTry 'cat --help' for more information.\n1\n"
+        );
+    }
+
+    #[test]
+    fn head() {
+        assert_eq!(
+            run_fresh("head -n 2 /data/nums.txt; head -1 /data/nums.txt; echo a | head"),
+            "5\n12\n5\na\n"
+        );
+        assert_eq!(
+            run_fresh("head -n1 /data/nums.txt /data/a.log"),
+            "==> /data/nums.txt <==\n5\n\n==> /data/a.log <==\nERROR x\n"
+        );
+    }
+
+    #[test]
+    fn head_errors() {
+        assert_eq!(
+            run_fresh("head -n x /data/nums.txt; echo $?; head -n; echo $?"),
+            "head: invalid number of lines: 'x'\n1\nhead: option requires an argument -- 'n'\n1\n"
+        );
+        assert_eq!(
+            run_fresh("head -q; echo $?; head /nope; echo $?"),
+            "head: invalid option -- 'q'\nTry 'head --help' for more information.\n1\nhead: /nope: No such file or directory\n1\n"
+        );
+    }
+
+    #[test]
+    fn tail() {
+        assert_eq!(
+            run_fresh(
+                "tail -n 1 /data/nums.txt; tail -n +2 /data/nums.txt; tail -2 /data/nums.txt; echo a | tail"
+            ),
+            "3\n12\n3\n12\n3\na\n"
+        );
+        assert_eq!(
+            run_fresh("tail -n 1 /data/nums.txt /data/a.log"),
+            "==> /data/nums.txt <==\n3\n\n==> /data/a.log <==\nERROR z\n"
+        );
+    }
+
+    #[test]
+    fn tail_errors() {
+        assert_eq!(
+            run_fresh(
+                "tail -n +x /data/nums.txt; echo $?; tail /nope; echo $?; tail -f x; echo $?"
+            ),
+            "tail: invalid number of lines: '+x'\n1\ntail: /nope: No such file or directory\n1\ntail: invalid option -- 'f'\nTry 'tail --help' for more information.\n1\n"
+        );
+    }
+
+    #[test]
+    fn wc() {
+        assert_eq!(
+            run_fresh("wc /data/nums.txt; wc -l -w /data/nums.txt; wc -m /data/t.csv"),
+            "3 3 7 /data/nums.txt\n3 3 /data/nums.txt\n27 /data/t.csv\n"
+        );
+        assert_eq!(
+            run_fresh("wc -c /data/nums.txt /data/a.log; echo a b | wc; echo a b | wc -w"),
+            " 7 /data/nums.txt\n23 /data/a.log\n30 total\n1 2 4\n2\n"
+        );
+    }
+
+    #[test]
+    fn wc_errors() {
+        assert_eq!(
+            run_fresh("wc /nope; echo $?; wc /nope /data/nums.txt; echo $?; wc -x; echo $?"),
+            "wc: /nope: No such file or directory\n1\nwc: /nope: No such file or directory\n3 3 7 /data/nums.txt\n1\nwc: invalid option -- 'x'\nTry 'wc --help' for more information.\n1\n"
+        );
+    }
+
+    #[test]
+    fn sort() {
+        assert_eq!(
+            run_fresh("sort /data/words.txt; sort -n /data/nums.txt; sort /data/nums.txt"),
+            "apple\nfig\npear\npear\npear\n3\n5\n12\n12\n3\n5\n"
+        );
+        assert_eq!(
+            run_fresh(
+                "sort -r /data/words.txt; sort -u /data/words.txt; sort -nu /data/nums.txt /data/nums.txt"
+            ),
+            "pear\npear\npear\nfig\napple\napple\nfig\npear\n3\n5\n12\n"
+        );
+    }
+
+    #[test]
+    fn sort_errors() {
+        assert_eq!(
+            run_fresh("sort /nope; echo $?; sort -x; echo $?"),
+            "sort: /nope: No such file or directory\n2\nsort: invalid option -- 'x'\nTry 'sort --help' for more information.\n2\n"
+        );
+    }
+
+    #[test]
+    fn uniq() {
+        assert_eq!(
+            run_fresh("uniq /data/words.txt; sort /data/words.txt | uniq"),
+            "pear\napple\npear\nfig\napple\nfig\npear\n"
+        );
+        assert_eq!(
+            run_fresh(
+                "sort /data/words.txt | uniq -c; sort /data/words.txt | uniq -d; sort /data/words.txt | uniq -u"
+            ),
+            "      1 apple\n      1 fig\n      3 pear\npear\napple\nfig\n"
+        );
+    }
+
+    #[test]
+    fn uniq_errors() {
+        assert_eq!(
+            run_fresh("uniq a b; echo $?; uniq /nope; echo $?; uniq -x; echo $?"),
+            "uniq: writing to an output file is not supported in this sandbox\n1\nuniq: /nope: No such file or directory\n1\nuniq: invalid option -- 'x'\nTry 'uniq --help' for more information.\n1\n"
+        );
+    }
+
+    #[test]
+    fn cut() {
+        assert_eq!(
+            run_fresh(
+                "cut -d , -f 2 /data/t.csv; cut -d, -f1,3 /data/t.csv; cut -f2- -d , /data/t.csv"
+            ),
+            "name\nab\ncd\nid,qty\n1,3\n2,10\nname,qty\nab,3\ncd,10\n"
+        );
+        // A line without the delimiter is printed whole.
+        assert_eq!(
+            run_fresh("cut -d , -f -1 /data/t.csv; echo 'a b' | cut -f 2"),
+            "id\n1\n2\na b\n"
+        );
+    }
+
+    #[test]
+    fn cut_errors() {
+        assert_eq!(
+            run_fresh(
+                "cut -d , /data/t.csv; echo $?; cut -f 0 /data/t.csv; echo $?; cut -f x /data/t.csv; echo $?"
+            ),
+            "cut: you must specify a list of bytes, characters, or fields\n1\ncut: fields are numbered from 1\n1\ncut: invalid field value 'x'\n1\n"
+        );
+        assert_eq!(
+            run_fresh(
+                "cut -d ab -f 1 /data/t.csv; echo $?; cut -z; echo $?; cut -f; echo $?; cut -f 1 /nope; echo $?"
+            ),
+            "cut: the delimiter must be a single character\n1\ncut: invalid option -- 'z'\nTry 'cut --help' for more information.\n1\ncut: option requires an argument -- 'f'\n1\ncut: /nope: No such file or directory\n1\n"
+        );
+    }
+}
