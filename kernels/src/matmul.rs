@@ -1,6 +1,10 @@
 //! Matrix products through the `gemm` crate (the one burn's flex backend uses), behind a
-//! bounds-checked safe API: the only `unsafe` in the crate.
+//! bounds-checked safe API: with `stream`'s vector loads, the only `unsafe` in the crate.
+//! [`product`] hands a decode step's few-row products to `stream`, which reads each weight
+//! once in memory order instead of packing it.
 #![allow(unsafe_code)]
+
+mod stream;
 
 /// A read-only strided view of a `rows × cols` f32 matrix: element `(i, j)` is
 /// `data[i * row_stride + j * col_stride]`.
@@ -209,6 +213,16 @@ pub enum Threads {
     Pool,
 }
 
+impl Threads {
+    /// How many threads the product may use.
+    fn count(self) -> usize {
+        match self {
+            Threads::One => 1,
+            Threads::Pool => rayon::current_num_threads(),
+        }
+    }
+}
+
 /// A product runs on one thread below this many multiply-adds (burn's flex uses the same
 /// bound) unless it reads at least [`PARALLEL_READ`] operand elements.
 const PARALLEL_WORK: usize = 192 * 192 * 192;
@@ -297,10 +311,7 @@ unsafe fn product_raw(
     threads: Threads,
 ) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    let pool = match threads {
-        Threads::One => 1,
-        Threads::Pool => rayon::current_num_threads(),
-    };
+    let pool = threads.count();
     let one = |out: *mut f32, lhs: MatRef<'_>, rhs: MatRef<'_>| {
         let stride = |s: usize| s as isize;
         // SAFETY: the caller's contract, for the block `lhs.rows × rhs.cols` at `out`; the
@@ -410,7 +421,9 @@ pub fn matmul(
 
 /// `lhs · rhs` as a new row-major `m × n` buffer, written once by the product (no zero-filled
 /// allocation first: for the products of a linear layer, that fill and its page faults on the
-/// calling thread were a serial part of every step).
+/// calling thread were a serial part of every step). At most 8 rows by a weight of at least
+/// 256 KiB go through `stream` (a decode step), whose sums run in another order than
+/// `gemm`'s; everything else is bit-identical to [`matmul`].
 ///
 /// # Panics
 ///
@@ -421,6 +434,9 @@ pub fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: Threads) -> Vec<f32> {
     let len = m.checked_mul(n).expect("the product's size fits in usize");
     if len == 0 || k == 0 {
         return vec![0.0; len];
+    }
+    if let Some(out) = stream::product(lhs, rhs, threads.count()) {
+        return out;
     }
     let mut out = Vec::with_capacity(len);
     // SAFETY: the spare capacity holds `len` elements, row-major `m × n` with strides `(n, 1)`

@@ -1,0 +1,396 @@
+//! Products of a few rows by a large matrix, read once in memory order: a decode step.
+//!
+//! A decode step multiplies a handful of rows (one per sequence) by every weight matrix, so
+//! its time is the time to read the weights. `gemm` packs its right-hand side into panels on
+//! every call (reading and writing the weight once more) and then reads the panels column
+//! block by column block; here each weight is read once, front to back, in long runs the
+//! hardware prefetcher follows:
+//!
+//! - a row-major `k × n` right-hand side (a linear layer's `[d_in, d_out]` weight) row by
+//!   row, each row scaled by the left-hand side's entries and added into accumulators that stay
+//!   in the L1 cache (`x · W` as a sum of scaled rows);
+//! - a transposed one (the tied LM head, `x · Eᵀ` with `E: [vocab, d]`) as dot products of the
+//!   left-hand rows with `E`'s rows.
+//!
+//! Only for weights of at least 256 KiB, and only with AVX2 and FMA (detected at run time; the crate is compiled for the baseline
+//! x86-64); elsewhere the product goes to `gemm`. The sums run in a different order than
+//! `gemm`'s, so a decode step's logits may differ from a full forward pass's in the last bits
+//! (as they do between any two BLAS libraries); they do not depend on the thread count: the
+//! threads split the output's columns, and each element is summed by one thread in a fixed
+//! order.
+
+use super::MatRef;
+
+/// Most left-hand rows a streamed product takes. Above it the arithmetic, not the reading,
+/// bounds the product and `gemm`'s register-blocked micro-kernels are faster (measured: 16
+/// rows stream at two thirds of `gemm`'s speed, 4 rows at 1.1 to 1.9 times).
+pub(super) const MAX_ROWS: usize = 8;
+
+/// Fewest columns of a row-major right-hand side: shorter rows (a key or value projection's
+/// 192) stream slower than `gemm` reads its packed panels. A bound on the shape, never on the
+/// thread count, so the same product takes the same route (and gives the same bits) on any
+/// number of threads.
+const MIN_COLS: usize = 512;
+
+/// Accumulator elements of the row-by-row form (32 KiB, an L1 data cache): each tile of
+/// columns is at most this many over the number of rows wide.
+const ACCUMULATORS: usize = 8192;
+
+/// Columns of the output each thread's block is a multiple of (64 bytes).
+const ALIGN: usize = 16;
+
+/// Right-hand sides of fewer elements (256 KiB) go to `gemm`: they stay in cache, so there is
+/// nothing to stream, and handing blocks to the pool would cost more than it saves. (It also
+/// keeps the small products of a training step's backward pass on `gemm`.)
+const MIN_READ: usize = 1 << 16;
+
+/// Whether this CPU runs the streamed kernels.
+fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// How the right-hand side is laid out in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    /// Row-major `k × n` (unit column stride): summed as scaled rows.
+    Rows,
+    /// Transposed row-major (unit row stride): dot products with its columns.
+    Dots,
+}
+
+fn form(rhs: &MatRef<'_>) -> Option<Form> {
+    if rhs.col_stride == 1 {
+        Some(Form::Rows)
+    } else if rhs.row_stride == 1 {
+        Some(Form::Dots)
+    } else {
+        None
+    }
+}
+
+/// `lhs · rhs` as a row-major `m × n` buffer when the product is a streamed one (at most
+/// [`MAX_ROWS`] rows, a right-hand side with one unit stride, a CPU with AVX2 and FMA);
+/// `None` otherwise. `threads` is the number of column blocks to run on rayon's pool.
+pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Option<Vec<f32>> {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    if m == 0 || m > MAX_ROWS || k == 0 || n == 0 || !supported() {
+        return None;
+    }
+    let form = form(&rhs)?;
+    if k * n < MIN_READ || (form == Form::Rows && n < MIN_COLS) {
+        return None;
+    }
+    let block = n.div_ceil(threads.max(1)).next_multiple_of(ALIGN);
+    // The left-hand rows, contiguous (a few rows: cheap, and the kernels index them flat).
+    let x: Vec<f32> = (0..m)
+        .flat_map(|i| (0..k).map(move |c| lhs.at(i, c)))
+        .collect();
+    let run = |start: usize| {
+        let len = block.min(n - start);
+        let mut out = vec![0.0; m * len];
+        // SAFETY: `supported()` checked that this CPU has AVX2 and FMA, the only requirement
+        // of the `target_feature` functions.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            match form {
+                Form::Rows => rows_avx2(&x, m, k, rhs, start, len, &mut out),
+                Form::Dots => dots_avx2(&x, m, k, rhs, start, len, &mut out),
+            }
+        }
+        (start, len, out)
+    };
+    use rayon::prelude::*;
+    let blocks: Vec<(usize, usize, Vec<f32>)> = if block >= n {
+        vec![run(0)]
+    } else {
+        (0..n.div_ceil(block))
+            .into_par_iter()
+            .map(|b| run(b * block))
+            .collect()
+    };
+    let mut out = vec![0.0; m * n];
+    for (start, len, part) in blocks {
+        for (row, src) in out.chunks_exact_mut(n).zip(part.chunks_exact(len)) {
+            row[start..start + len].copy_from_slice(src);
+        }
+    }
+    Some(out)
+}
+
+/// Lanes of one AVX register.
+const LANES: usize = 8;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{
+    __m256, _mm_add_ps, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_castps256_ps128,
+    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps,
+    _mm256_storeu_ps,
+};
+
+/// Eight lanes from `data[at..at + 8]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn load(data: &[f32], at: usize) -> __m256 {
+    let lanes: &[f32; LANES] = data[at..at + LANES].try_into().expect("eight lanes");
+    // SAFETY: `lanes` is eight readable f32s; the load has no alignment requirement.
+    unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
+}
+
+/// Stores eight lanes into `data[at..at + 8]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn store(data: &mut [f32], at: usize, v: __m256) {
+    let lanes: &mut [f32; LANES] = (&mut data[at..at + LANES]).try_into().expect("eight lanes");
+    // SAFETY: `lanes` is eight writable f32s; the store has no alignment requirement.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) }
+}
+
+/// The sum of the eight lanes (pairwise).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn sum(v: __m256) -> f32 {
+    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    _mm_cvtss_f32(_mm_add_ps(pair, _mm_shuffle_ps::<1>(pair, pair)))
+}
+
+/// Columns `start..start + len` of `x · rhs` for a row-major `rhs` (`k × n`, row stride
+/// `rhs.row_stride`), into `out` (`m × len`, zeroed): tile by tile of columns, `rhs`'s rows
+/// are read in order and added, scaled by `x`'s column, into every output row's
+/// accumulators (which stay in L1). Four rows of `rhs` go into each pass over the
+/// accumulators, fused multiply-adds in `k` order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn rows_avx2(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    rhs: MatRef<'_>,
+    start: usize,
+    len: usize,
+    out: &mut [f32],
+) {
+    let data = rhs.data;
+    let stride = rhs.row_stride;
+    let mut acc = [0.0f32; ACCUMULATORS];
+    // Tiles of equal width (whole vectors but the last), as few as fit the accumulators, so
+    // each row of `rhs` is read in runs as long as possible.
+    let widest = (ACCUMULATORS / m) / LANES * LANES;
+    let tile = len.div_ceil(len.div_ceil(widest)).next_multiple_of(LANES);
+    let mut j = 0;
+    while j < len {
+        let width = tile.min(len - j);
+        let vectors = width - width % LANES;
+        let col = start + j;
+        let acc = &mut acc[..m * width];
+        acc.fill(0.0);
+        let mut c = 0;
+        while c < k {
+            let depth = 4.min(k - c);
+            let row = |t: usize| (c + t.min(depth - 1)) * stride + col;
+            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+            let mut v = 0;
+            while v < vectors {
+                let w0 = load(data, r0 + v);
+                let (w1, w2, w3) = (load(data, r1 + v), load(data, r2 + v), load(data, r3 + v));
+                for i in 0..m {
+                    let a = &x[i * k + c..i * k + c + depth];
+                    let at = i * width + v;
+                    let mut s = _mm256_fmadd_ps(_mm256_set1_ps(a[0]), w0, load(acc, at));
+                    if depth == 4 {
+                        s = _mm256_fmadd_ps(_mm256_set1_ps(a[1]), w1, s);
+                        s = _mm256_fmadd_ps(_mm256_set1_ps(a[2]), w2, s);
+                        s = _mm256_fmadd_ps(_mm256_set1_ps(a[3]), w3, s);
+                    } else {
+                        for (t, w) in [w1, w2].into_iter().enumerate().take(depth - 1) {
+                            s = _mm256_fmadd_ps(_mm256_set1_ps(a[t + 1]), w, s);
+                        }
+                    }
+                    store(acc, at, s);
+                }
+                v += LANES;
+            }
+            // The columns past the last full vector.
+            for t in 0..depth {
+                let w = &data[row(t) + vectors..row(t) + width];
+                for i in 0..m {
+                    let a = x[i * k + c + t];
+                    for (s, &w) in acc[i * width + vectors..(i + 1) * width].iter_mut().zip(w) {
+                        *s = a.mul_add(w, *s);
+                    }
+                }
+            }
+            c += depth;
+        }
+        for (i, acc) in acc.chunks_exact(width).enumerate() {
+            out[i * len + j..i * len + j + width].copy_from_slice(acc);
+        }
+        j += width;
+    }
+}
+
+/// Columns `start..start + len` of `x · rhs` for a transposed row-major `rhs` (column `j` is
+/// contiguous at `rhs.col_stride * j`), into `out` (`m × len`): dot products of `x`'s rows
+/// with two columns at a time, eight lanes each, four rows at a time (eight independent
+/// accumulators, enough to cover the fused multiply-add's latency).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dots_avx2(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    rhs: MatRef<'_>,
+    start: usize,
+    len: usize,
+    out: &mut [f32],
+) {
+    let data = rhs.data;
+    let column = |j: usize| (start + j) * rhs.col_stride;
+    let body = k - k % LANES;
+    let mut j = 0;
+    while j < len {
+        let pair = 2.min(len - j);
+        let cols = [column(j), column(j + pair - 1)];
+        let mut i = 0;
+        while i < m {
+            let group = 4.min(m - i);
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            let mut c = 0;
+            while c < body {
+                let e0 = load(data, cols[0] + c);
+                let e1 = load(data, cols[1] + c);
+                for (r, acc) in acc.iter_mut().enumerate().take(group) {
+                    let xr = load(x, (i + r) * k + c);
+                    acc[0] = _mm256_fmadd_ps(xr, e0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(xr, e1, acc[1]);
+                }
+                c += LANES;
+            }
+            for (r, acc) in acc.iter().enumerate().take(group) {
+                let row = &x[(i + r) * k..(i + r + 1) * k];
+                for (p, &lanes) in acc.iter().enumerate().take(pair) {
+                    let mut total = sum(lanes);
+                    let tail = &data[cols[p] + body..cols[p] + k];
+                    for (&a, &e) in row[body..].iter().zip(tail) {
+                        total = a.mul_add(e, total);
+                    }
+                    out[(i + r) * len + j + p] = total;
+                }
+            }
+            i += group;
+        }
+        j += pair;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_rng::Rng;
+
+    fn naive(a: MatRef<'_>, b: MatRef<'_>) -> Vec<f64> {
+        let mut out = Vec::with_capacity(a.rows * b.cols);
+        for i in 0..a.rows {
+            for j in 0..b.cols {
+                out.push(
+                    (0..a.cols)
+                        .map(|c| f64::from(a.at(i, c)) * f64::from(b.at(c, j)))
+                        .sum(),
+                );
+            }
+        }
+        out
+    }
+
+    /// Every shape edge of both forms: inner sizes around the four-row passes and the
+    /// eight-lane dot products, column counts that leave a partial vector, a partial tile or
+    /// an odd last block, row counts up to the limit, a transposed left-hand side; against a
+    /// sum in f64, and bit for bit across 1, 2 and 3 threads.
+    #[test]
+    fn streamed_products_match_the_naive_product_on_any_thread_count() {
+        let mut rng = Rng(11);
+        let pools: Vec<rayon::ThreadPool> = (1..=3)
+            .map(|t| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(t)
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let shapes = [
+            (1, 65536),
+            (3, 21851),
+            (4, 16400),
+            (7, 9371),
+            (9, 7300),
+            (576, 1536),
+        ];
+        for (k, n) in shapes {
+            for m in [1, 3, 8] {
+                let a = rng.vec(m * k, 1.0);
+                let b = rng.vec(k * n, 1.0);
+                for (ta, tb) in [(false, false), (true, false), (false, true)] {
+                    let lhs = if ta {
+                        MatRef::row_major(&a, k, m).t()
+                    } else {
+                        MatRef::row_major(&a, m, k)
+                    };
+                    let rhs = if tb {
+                        MatRef::row_major(&b, n, k).t()
+                    } else {
+                        MatRef::row_major(&b, k, n)
+                    };
+                    let runs: Vec<Option<Vec<f32>>> = pools
+                        .iter()
+                        .map(|pool| pool.install(|| product(lhs, rhs, pool.current_num_threads())))
+                        .collect();
+                    let Some(one) = &runs[0] else {
+                        assert!(!supported(), "{m}x{k}x{n} was not streamed");
+                        continue;
+                    };
+                    for (threads, many) in runs.iter().enumerate().skip(1) {
+                        let many = many.as_ref().expect("streamed on every thread count");
+                        assert!(
+                            one.iter()
+                                .zip(many)
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "{m}x{k}x{n} (transposed {ta}, {tb}) differs on {} threads",
+                            threads + 1
+                        );
+                    }
+                    for (o, e) in one.iter().zip(naive(lhs, rhs)) {
+                        let tolerance = 1e-5 * (1.0 + e.abs()) * (k as f64).sqrt();
+                        assert!((f64::from(*o) - e).abs() <= tolerance, "{o} vs {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// More rows than [`MAX_ROWS`], a right-hand side smaller than [`MIN_READ`], a row-major
+    /// one narrower than [`MIN_COLS`] and one with no unit stride go to `gemm`.
+    #[test]
+    fn other_products_are_left_to_gemm() {
+        let a = vec![1.0; 16 * 576];
+        let b = vec![1.0; 576 * 1536];
+        let wide = MatRef::row_major(&b, 576, 1536);
+        assert!(product(MatRef::row_major(&a, MAX_ROWS + 1, 576), wide, 1).is_none());
+        let narrow = MatRef::row_major(&b, 576, 192);
+        assert!(product(MatRef::row_major(&a, 4, 576), narrow, 1).is_none());
+        let small = MatRef::row_major(&b, 100, 600);
+        assert!(product(MatRef::row_major(&a, 4, 100), small, 1).is_none());
+        let strided = MatRef::new(&b, 576, 512, 1536, 2);
+        assert!(product(MatRef::row_major(&a, 4, 576), strided, 1).is_none());
+        assert_eq!(
+            product(MatRef::row_major(&a, 4, 576), wide, 1).is_some(),
+            supported()
+        );
+    }
+}
