@@ -191,12 +191,18 @@ def generate(args):
 
     run(4)
     started = time.perf_counter()
+    run(1)
+    prefill = time.perf_counter() - started
+    started = time.perf_counter()
     new = run(args.new_tokens)
     seconds = time.perf_counter() - started
     rate = args.batch * new / seconds
+    # The prefill (with its first token) timed alone; the decode steps are the rest.
+    step = (seconds - prefill) / max(new - 1, 1)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads: "
-        f"{seconds * 1e3:.0f} ms, {rate:.0f} new tokens/s"
+        f"{seconds * 1e3:.0f} ms, {rate:.0f} new tokens/s; "
+        f"prefill {prefill * 1e3:.0f} ms, then {step * 1e3:.1f} ms per decode step"
     )
     print(f"new_tokens_per_second={rate:.1f}")
 

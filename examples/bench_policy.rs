@@ -317,6 +317,18 @@ fn bench_generation(
         },
         &mut ChaCha8Rng::seed_from_u64(1),
     );
+    // The prefill (and its first token) alone; the decode steps are the rest of the run.
+    let started = Instant::now();
+    generate(
+        &policy,
+        &prompts,
+        &Sampling {
+            max_new_tokens: 1,
+            ..sampling.clone()
+        },
+        &mut ChaCha8Rng::seed_from_u64(2),
+    );
+    let prefill = started.elapsed();
     let started = Instant::now();
     let cached = generate(
         &policy,
@@ -332,6 +344,14 @@ fn bench_generation(
         "KV cache",
         cached_time.as_secs_f64() * 1e3,
         rate(cached_time)
+    );
+    let steps = cached.iter().map(|g| g.tokens.len()).max().unwrap_or(0);
+    println!(
+        "  {:<32} {:>8.0} ms, then {:.1} ms per decode step",
+        "  of which prefill",
+        prefill.as_secs_f64() * 1e3,
+        cached_time.saturating_sub(prefill).as_secs_f64() * 1e3
+            / steps.saturating_sub(1).max(1) as f64
     );
     if !uncached {
         return Ok(rate(cached_time));
