@@ -12,6 +12,7 @@
 
 mod algorithm;
 mod model;
+mod overrides;
 mod pool;
 mod sweep;
 mod table;
@@ -19,6 +20,7 @@ mod tasks;
 mod train;
 
 use crate::ast::{Block, ExperimentDecl, File, Ident, ItemKind};
+use crate::checked::Checked;
 use crate::diagnostics::{Diagnostic, Diagnostics, one_of, suggest};
 use crate::spec::{Device, Eval, Experiment, Pool};
 
@@ -38,11 +40,11 @@ const SECTIONS: &[&str] = &[
 ];
 
 /// Checks a parsed file.
-pub fn check_file(file: &File) -> Result<Experiment, Diagnostics> {
+pub fn check_file(file: &File) -> Result<Checked<Experiment>, Diagnostics> {
     let mut checker = Checker::default();
     let experiment = checker.experiment(&file.experiment, true);
     match experiment {
-        Some(experiment) if checker.errors.is_empty() => Ok(experiment),
+        Some(experiment) if checker.errors.is_empty() => Ok(Checked::new(experiment)),
         _ => Err(checker.errors.into()),
     }
 }

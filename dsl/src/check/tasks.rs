@@ -473,24 +473,28 @@ impl Checker {
                     )),
                 );
             }
-            if let Some(steps) = steps
-                && until > steps
-            {
+            if let Some(message) = steps.and_then(|steps| stage_beyond_training(stage, steps)) {
                 self.error(
-                    Diagnostic::new(
-                        until_span,
-                        format!(
-                            "stage `{}` ends at step {until}, after training ends (`steps = {steps}`)",
-                            stage.name
-                        ),
-                        "beyond `train.steps`",
-                    )
-                    .with_hint("lower `until` or raise `steps` in `train`"),
+                    Diagnostic::new(until_span, message, "beyond `train.steps`")
+                        .with_hint("lower `until` or raise `steps` in `train`"),
                 );
             }
             previous = Some((until, stage.name.as_str()));
         }
     }
+}
+
+/// The rule `until <= train.steps`: a stage ends within training. What is wrong when `stage`
+/// breaks it with `steps` RL steps; shared by the file's check and by `--steps`
+/// ([`Checked::with_steps`](crate::Checked::with_steps)).
+pub(super) fn stage_beyond_training(stage: &Stage, steps: u64) -> Option<String> {
+    let until = stage.until?;
+    (until > steps).then(|| {
+        format!(
+            "stage `{}` ends at step {until}, after training ends (`steps = {steps}`)",
+            stage.name
+        )
+    })
 }
 
 fn builtin_names() -> Vec<&'static str> {
