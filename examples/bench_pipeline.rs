@@ -95,10 +95,13 @@ impl Environment for WaitEpisode {
 }
 
 /// The experiment with its `wait` task.
-struct Bench(agentry::spec::Experiment, std::time::Duration);
+struct Bench(
+    agentry::dsl::Checked<agentry::spec::Experiment>,
+    std::time::Duration,
+);
 
 impl Experiment for Bench {
-    fn spec(&self) -> agentry::spec::Experiment {
+    fn spec(&self) -> agentry::dsl::Checked<agentry::spec::Experiment> {
         self.0.clone()
     }
 

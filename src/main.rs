@@ -338,15 +338,20 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
         return Err("error: --resume continues one run: give only the file it belongs to".into());
     }
     run.init_threads().map_err(|e| format!("error: {e}"))?;
+    let mut options = run.options();
+    // Every file, with the command line's overrides, is checked before any run starts.
     let specs = files
         .iter()
         .map(|file| {
             read(file).and_then(|source| {
-                agentry::dsl::check(&source).map_err(|d| d.render(&display(file), &source))
+                let spec =
+                    agentry::dsl::check(&source).map_err(|d| d.render(&display(file), &source))?;
+                options
+                    .overridden(spec)
+                    .map_err(|e| format!("error: {}: {e}", display(file)))
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut options = run.options();
     if files.len() > 1 {
         let mut runs = Vec::new();
         for spec in &specs {
@@ -357,7 +362,7 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
         }
         let warmups = agentry::shared_warmup::SharedWarmups::for_runs(
             &options.out,
-            runs.iter().map(|r| &r.experiment),
+            runs.iter().map(|r| &*r.experiment),
         )
         .map_err(|e| format!("error: {e}"))?;
         options.shared_warmups = warmups.map(std::sync::Arc::new);

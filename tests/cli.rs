@@ -106,6 +106,55 @@ fn run_resume_without_a_checkpoint_is_an_error_before_any_work() {
     assert!(String::from_utf8_lossy(&out.stdout).is_empty());
 }
 
+/// `--steps` goes through the checker: below a curriculum stage's `until` it is an error naming
+/// the rule, with a hint, before any work (no run directory).
+#[test]
+fn run_rejects_steps_that_break_a_rule_before_any_work() {
+    let root = common::scratch_in("cli", "cli-steps");
+    let file = root.join("staged.arl");
+    std::fs::write(
+        &file,
+        r#"
+experiment cli_steps {
+    device = flex
+    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 256 } }
+    task kg { env = kg, max_turns = 2, difficulty = 1 }
+    curriculum { stage short { until = 5, max_turns = 1 }, stage rest {} }
+    algorithm grpo { group_size = 2 }
+    train { steps = 10, batch = 4, max_new_tokens = 8 }
+}
+"#,
+    )
+    .unwrap();
+    let out = root.join("runs");
+    let run = |steps: &str| {
+        agentry(&[
+            "run",
+            file.to_str().unwrap(),
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+            "--steps",
+            steps,
+        ])
+    };
+    for (steps, message) in [
+        (
+            "3",
+            "stage `short` ends at step 5, after training ends (`steps = 3`); pass `--steps 5` or more",
+        ),
+        ("0", "`--steps` must be at least 1"),
+    ] {
+        let rejected = run(steps);
+        assert_eq!(rejected.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&rejected.stderr);
+        assert!(stderr.contains(message), "{stderr}");
+        assert!(stderr.contains("staged.arl"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    assert!(!out.exists(), "a rejected override started a run");
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -93,7 +93,8 @@ fn a_sweeps_specialist_runs_the_users_task() {
         .as_ref()
         .expect("the sweep is in the generated spec");
     assert!(!sweep.base);
-    let labels: Vec<String> = agentry::sweep::configurations(&spec)
+    let labels: Vec<String> = spec
+        .configurations()
         .into_iter()
         .map(|(label, _)| label)
         .collect();

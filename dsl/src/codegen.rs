@@ -6,6 +6,10 @@
 //! module. A task whose environment is a user's type gets a `match` arm that constructs that
 //! type through its path, written verbatim, so rustc checks the path and the trait bounds and
 //! reports them at the user's own type.
+//!
+//! The literal is wrapped in [`Checked::from_generated_code`](crate::Checked::from_generated_code):
+//! it is the checker's output written out at compile time, so the runtime gets it as checked
+//! without checking again (`tests/snapshots.rs` proves the two equal for every recipe).
 
 use std::str::FromStr;
 
@@ -70,8 +74,9 @@ pub fn expand_with_origin(spec: &Experiment, path: Option<&str>) -> TokenStream 
         pub struct #ty;
 
         impl ::agentry::Experiment for #ty {
-            fn spec(&self) -> ::agentry::spec::Experiment {
-                #literal
+            fn spec(&self) -> ::agentry::dsl::Checked<::agentry::spec::Experiment> {
+                let spec = #literal;
+                ::agentry::dsl::Checked::from_generated_code(spec)
             }
 
             fn user_task(

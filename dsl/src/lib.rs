@@ -51,11 +51,13 @@
 
 pub mod ast;
 pub mod check;
+mod checked;
 pub mod codegen;
 pub mod diagnostics;
 mod parser;
 pub mod spec;
 
+pub use checked::{Checked, OverrideError};
 pub use codegen::{expand, type_name};
 pub use diagnostics::{Diagnostic, Diagnostics};
 pub use parser::MAX_DEPTH;
@@ -69,7 +71,9 @@ pub fn parse(source: &str) -> Result<ast::File, Diagnostics> {
 }
 
 /// Parses and checks a file: the resolved experiment, or every error the file has.
-pub fn check(source: &str) -> Result<spec::Experiment, Diagnostics> {
+///
+/// This is how a spec becomes [`Checked`], the form the runtime takes.
+pub fn check(source: &str) -> Result<Checked<spec::Experiment>, Diagnostics> {
     let (file, mut errors) = parser::parse_file(source);
     let Some(file) = file else {
         return Err(errors.into());

@@ -2,8 +2,9 @@
 //!
 //! Every value here has already passed the checker, so the runtime may rely on the invariants
 //! written on each field (ranges, cross-field rules) without checking them again. Defaults are
-//! the ones a file gets when it leaves a key out; they are documented in the book's language
-//! reference and must stay in sync with it.
+//! the ones a file gets when it leaves a key out; they are written once, at the end of this
+//! module (`impl Default` and associated `DEFAULT_*` constants), the checker fills every
+//! unspecified key from there, and the book's language reference documents the same values.
 
 use serde::{Deserialize, Serialize};
 
@@ -35,10 +36,11 @@ pub struct Experiment {
 }
 
 /// Where tensors live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Device {
     /// CUDA if compiled in, else wgpu if compiled in, else flex.
+    #[default]
     Auto,
     /// burn's CPU backend.
     Flex,
@@ -100,10 +102,11 @@ pub struct TransformerArch {
 }
 
 /// `value_head = none | shared | separate`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum ValueHead {
     /// No critic (GRPO, RLOO, REINFORCE++). The default.
+    #[default]
     None,
     /// A value head on the policy's trunk.
     Shared,
@@ -363,10 +366,11 @@ pub enum KlEstimator {
 }
 
 /// Where the KL term goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum KlPlacement {
     /// Added to the loss. The default.
+    #[default]
     Loss,
     /// Subtracted from the reward.
     Reward,
@@ -543,10 +547,11 @@ pub struct Pool {
 }
 
 /// Where the rollout engines run, relative to the trainer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Placement {
     /// On the trainer's device. The default.
+    #[default]
     Colocated,
     /// On other devices of the run's backend, by index (`[1, 2]`: CUDA devices 1 and 2 when the
     /// trainer runs on CUDA). Rollout worker `i` runs on `devices[i % len]` and copies each new
@@ -558,10 +563,11 @@ pub enum Placement {
 }
 
 /// Rollout/training scheduling.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolMode {
     /// Each step waits for its whole batch. The default.
+    #[default]
     Sync,
     /// Rollout workers fill a bounded queue while the trainer trains.
     Async,
@@ -604,7 +610,7 @@ pub struct Train {
 }
 
 fn default_max_nonfinite_skips() -> u32 {
-    3
+    Train::DEFAULT_MAX_NONFINITE_SKIPS
 }
 
 /// `optimizer = adamw { ... } | adam { ... } | sgd { ... }`.
@@ -736,15 +742,18 @@ pub struct Sweep {
     pub specialists: Vec<Specialist>,
     /// `base = false` leaves the base configuration out (another recipe runs it). Default true;
     /// when false, the sweep has at least one ablation or specialist.
-    #[serde(default = "default_true")]
+    #[serde(default = "default_base")]
     pub base: bool,
 }
 
-fn default_true() -> bool {
-    true
+fn default_base() -> bool {
+    Sweep::DEFAULT_BASE
 }
 
 impl Sweep {
+    /// `base` when left out: the base configuration runs.
+    pub const DEFAULT_BASE: bool = true;
+
     /// The label of the base configuration.
     pub fn base_label() -> &'static str {
         "base"
@@ -797,5 +806,199 @@ impl Specialist {
     /// `specialist.TASK`, e.g. `specialist.kg`.
     pub fn label(&self) -> String {
         format!("specialist.{}", self.task)
+    }
+}
+
+// Defaults: the one place that says what a file gets when it leaves a key out. The checker
+// reads them from here; the field docs above and the book describe the same values.
+
+impl Experiment {
+    /// `seed` when the file gives none.
+    pub const DEFAULT_SEED: u64 = 0;
+}
+
+impl Default for Arch {
+    /// A model without `arch`: the default transformer.
+    fn default() -> Self {
+        Arch::Transformer(TransformerArch::default())
+    }
+}
+
+impl TransformerArch {
+    /// `ffn` when a transformer leaves it out: four times the residual width.
+    pub fn default_ffn(d_model: usize) -> usize {
+        d_model.saturating_mul(4)
+    }
+}
+
+impl Default for TransformerArch {
+    /// A bare `transformer`; `kv_heads` and `ffn` follow `heads` and `d_model` as documented.
+    fn default() -> Self {
+        let (d_model, heads) = (128, 4);
+        TransformerArch {
+            layers: 2,
+            d_model,
+            heads,
+            kv_heads: heads,
+            ffn: TransformerArch::default_ffn(d_model),
+            context: 512,
+            tie_embeddings: true,
+        }
+    }
+}
+
+impl Task {
+    /// `weight` when a task gives none.
+    pub const DEFAULT_WEIGHT: f64 = 1.0;
+    /// `split` when a task gives none.
+    pub const DEFAULT_SPLIT: Split = Split::Train;
+}
+
+impl EnvRef {
+    /// `max_turns` of a task served by a user's type or a controller, when the file gives none.
+    pub const OTHER_MAX_TURNS: u32 = 20;
+
+    /// `max_turns` when the task gives none: a built-in's own, else [`Self::OTHER_MAX_TURNS`].
+    pub fn default_max_turns(&self) -> u32 {
+        match self {
+            EnvRef::Builtin(b) => b.default_max_turns(),
+            EnvRef::Path(_) | EnvRef::Remote { .. } => EnvRef::OTHER_MAX_TURNS,
+        }
+    }
+}
+
+impl Default for Difficulty {
+    /// Every level.
+    fn default() -> Self {
+        Difficulty { min: 1, max: 3 }
+    }
+}
+
+impl Algorithm {
+    /// The algorithm `algorithm KIND { }` declares: every key at its default for `kind`.
+    pub fn defaults(kind: AlgorithmKind) -> Algorithm {
+        Algorithm {
+            kind,
+            group_size: if kind.is_grouped() { 8 } else { 1 },
+            clip: Clip::default(),
+            dual_clip: None,
+            kl: Kl::NONE,
+            entropy: 0.0,
+            advantage_norm: match kind {
+                AlgorithmKind::Grpo => AdvantageNorm::Group,
+                AlgorithmKind::DrGrpo => AdvantageNorm::None,
+                _ => AdvantageNorm::Batch,
+            },
+            aggregation: match kind {
+                AlgorithmKind::DrGrpo => Aggregation::SeqMeanTokenSum,
+                _ => Aggregation::TokenMean,
+            },
+            sft: Schedule::Constant(0.0),
+            sft_from: SftSource::Oracle,
+            is_cap: None,
+            filter: Filter::None,
+            negative_weight: 1.0,
+            credit: Credit::Outcome,
+            gamma: 1.0,
+            lambda: 0.95,
+            epochs: 1,
+            grad_clip: Some(1.0),
+            value_clip: 0.2,
+            value_coef: 1.0,
+        }
+    }
+}
+
+impl Default for Clip {
+    fn default() -> Self {
+        Clip {
+            low: 0.2,
+            high: 0.2,
+        }
+    }
+}
+
+impl Kl {
+    /// `kl = none`, also the default: no KL term.
+    pub const NONE: Kl = Kl {
+        estimator: None,
+        coef: 0.0,
+        placement: KlPlacement::Loss,
+    };
+}
+
+impl SftSource {
+    /// `keep` of `successes` when it is left out.
+    pub const DEFAULT_KEEP: usize = 256;
+}
+
+impl Default for Pool {
+    /// A file without `pool { ... }`: one fresh engine, synchronous.
+    fn default() -> Self {
+        Pool {
+            engines: 1,
+            stale: 0,
+            refresh_every: 1,
+            cross_policy: 0.0,
+            max_staleness: 1,
+            mode: PoolMode::default(),
+            placement: Placement::default(),
+        }
+    }
+}
+
+impl Train {
+    /// `batch` when left out.
+    pub const DEFAULT_BATCH: usize = 32;
+    /// `lr` when left out.
+    pub const DEFAULT_LR: f64 = 3e-4;
+    /// `temperature` when left out.
+    pub const DEFAULT_TEMPERATURE: f64 = 1.0;
+    /// `top_p` when left out.
+    pub const DEFAULT_TOP_P: f64 = 1.0;
+    /// `max_new_tokens` when left out.
+    pub const DEFAULT_MAX_NEW_TOKENS: usize = 64;
+    /// `max_nonfinite_skips` when left out (also for a `spec.json` written before the key).
+    pub const DEFAULT_MAX_NONFINITE_SKIPS: u32 = 3;
+}
+
+impl Optimizer {
+    /// AdamW's `weight_decay` when left out.
+    pub const DEFAULT_WEIGHT_DECAY: f64 = 0.01;
+    /// Adam's and AdamW's `beta1` when left out.
+    pub const DEFAULT_BETA1: f64 = 0.9;
+    /// Adam's and AdamW's `beta2` when left out.
+    pub const DEFAULT_BETA2: f64 = 0.999;
+    /// SGD's `momentum` when left out.
+    pub const DEFAULT_MOMENTUM: f64 = 0.0;
+}
+
+impl Default for Optimizer {
+    /// A file without `optimizer`: AdamW at its default settings.
+    fn default() -> Self {
+        Optimizer::AdamW {
+            weight_decay: Optimizer::DEFAULT_WEIGHT_DECAY,
+            beta1: Optimizer::DEFAULT_BETA1,
+            beta2: Optimizer::DEFAULT_BETA2,
+        }
+    }
+}
+
+impl Warmup {
+    /// `demonstrations` when left out.
+    pub const DEFAULT_DEMONSTRATIONS: usize = 256;
+    /// `batch` when left out.
+    pub const DEFAULT_BATCH: usize = 16;
+}
+
+impl Default for Eval {
+    /// A file without `eval { ... }`.
+    fn default() -> Self {
+        Eval {
+            every: None,
+            split: Split::Test,
+            episodes: 64,
+            decoding: EvalDecoding::Both,
+        }
     }
 }

@@ -35,7 +35,7 @@ fn the_design_example_checks_with_its_values() {
     );
     assert_eq!(spec.pool.refresh_every, 25);
     assert_eq!(spec.train.warmup.map(|w| w.lr), Some(1e-3));
-    let sweep = spec.sweep.expect("sweep");
+    let sweep = spec.into_inner().sweep.expect("sweep");
     assert_eq!(sweep.seeds, vec![1, 2, 3]);
     assert_eq!(sweep.ablations.len(), 2);
     assert_eq!(sweep.ablations[0].path, "pool.cross_policy");
@@ -694,7 +694,7 @@ fn ablations_reach_nested_and_default_keys() {
     );
     let source = source.replace("batch = 16", "batch = 16, optimizer = adamw");
     let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
-    let ablations = spec.sweep.unwrap().ablations;
+    let ablations = spec.into_inner().sweep.unwrap().ablations;
     let Arch::Transformer(t) = &ablations[0].experiment.model.arch else {
         panic!()
     };
@@ -1189,7 +1189,7 @@ fn specialists_are_single_task_experiments_with_narrowed_stages() {
         "seeds = [1, 2], specialists = true",
     );
     let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
-    let sweep = spec.sweep.unwrap();
+    let sweep = spec.sweep.clone().unwrap();
     assert!(sweep.base);
     let names: Vec<&str> = sweep.specialists.iter().map(|s| s.task.as_str()).collect();
     assert_eq!(names, ["kg", "os"]);
@@ -1208,7 +1208,7 @@ fn specialists_are_single_task_experiments_with_narrowed_stages() {
 #[test]
 fn specialists_false_and_base_true_change_nothing() {
     let source = two_tasks("", "specialists = false, base = true");
-    let sweep = check(&source).unwrap().sweep.unwrap();
+    let sweep = check(&source).unwrap().into_inner().sweep.unwrap();
     assert!(sweep.specialists.is_empty());
     assert!(sweep.base);
 }
@@ -1265,7 +1265,7 @@ fn base_false_needs_another_configuration() {
         "train {",
         "sweep { base = false, ablate pool.cross_policy = 0 }\n    train {",
     );
-    let sweep = check(&source).unwrap().sweep.unwrap();
+    let sweep = check(&source).unwrap().into_inner().sweep.unwrap();
     assert!(!sweep.base);
     assert_eq!(sweep.ablations[0].label(), "ablate.pool.cross_policy=0");
 }
@@ -1288,7 +1288,7 @@ fn ablation_labels_are_file_names_and_unique() {
         "train {",
         "sweep { ablate algorithm.clip = 0.2 .. 0.28, ablate train.lr = 1e-3 }\n    train {",
     );
-    let sweep = check(&source).unwrap().sweep.unwrap();
+    let sweep = check(&source).unwrap().into_inner().sweep.unwrap();
     assert_eq!(
         sweep.ablations[0].label(),
         "ablate.algorithm.clip=0.2..0.28"
@@ -1302,5 +1302,48 @@ fn ablation_labels_are_file_names_and_unique() {
     assert_eq!(
         d.message,
         "the sweep already has the configuration `ablate.pool.cross_policy=0`"
+    );
+}
+
+/// `--steps` goes through the checker's rules (`Checked::with_steps`): at least one step, and
+/// no curriculum stage ending after training, in every configuration of the sweep.
+#[test]
+fn steps_override_is_checked() {
+    let spec = check(MULTITASK).unwrap();
+    let longer = spec.clone().with_steps(300).unwrap();
+    assert_eq!(longer.train.steps, 300);
+    // The configurations keep the file's steps; each run overrides its own.
+    let sweep = longer.sweep.as_ref().unwrap();
+    assert!(
+        sweep
+            .ablations
+            .iter()
+            .all(|a| a.experiment.train.steps == 500)
+    );
+
+    let e = spec.clone().with_steps(250).unwrap_err();
+    assert_eq!(
+        e.message,
+        "stage `h2` ends at step 300, after training ends (`steps = 250`)"
+    );
+    assert!(e.hint.contains("`--steps 300`"), "{}", e.hint);
+    let e = spec.with_steps(0).unwrap_err();
+    assert_eq!(e.message, "`--steps` must be at least 1");
+}
+
+/// A sweep configuration that breaks the rule under `--steps` is named, though the base keeps it.
+#[test]
+fn steps_override_names_the_configuration_that_breaks_a_rule() {
+    let source = with(
+        "train {",
+        "curriculum { stage a { until = 5 }, stage b {} }\n    sweep { ablate curriculum.a.until = 8 }\n    train {",
+    );
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
+    assert!(spec.clone().with_steps(8).is_ok());
+    let e = spec.with_steps(6).unwrap_err();
+    assert_eq!(
+        e.message,
+        "configuration `ablate.curriculum.a.until=8`: stage `a` ends at step 8, after training \
+         ends (`steps = 6`)"
     );
 }

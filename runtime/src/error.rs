@@ -13,6 +13,9 @@ pub enum RunError {
         /// What is missing and what to do.
         reason: String,
     },
+    /// A command-line override (`--steps`) breaks a rule of the checker.
+    #[error(transparent)]
+    Override(#[from] agentry_dsl::OverrideError),
     /// The experiment asks for something this version of the runtime does not implement.
     #[error("{0}")]
     Unsupported(String),

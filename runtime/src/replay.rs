@@ -34,7 +34,6 @@ use rand_chacha::ChaCha8Rng;
 use crate::checkpoint::{Checkpoint, Phase};
 use crate::device::{self, OnBackend};
 use crate::error::RunError;
-use crate::experiment::Interpreted;
 use crate::model::Kernels;
 use crate::model::TrainBackend;
 use crate::model::hf::{HfCheckpoint, ModelType};
@@ -325,7 +324,7 @@ impl RunFiles {
         // Only this task is resolved: another task's Rust type or server is not needed.
         let mut one = self.spec.clone();
         one.tasks = vec![self.spec.tasks[task].clone()];
-        let generator = crate::tasks::resolve(&Interpreted(one.clone()), &one)?.remove(0);
+        let generator = crate::tasks::resolve(&|_| None, &one)?.remove(0);
         let run_version =
             self.task_versions
                 .get(&recorded.task)

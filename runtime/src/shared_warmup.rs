@@ -251,6 +251,7 @@ mod tests {
             }}"
         ))
         .expect("the test experiment checks")
+        .into_inner()
     }
 
     fn key_of(spec: &spec::Experiment) -> Option<String> {

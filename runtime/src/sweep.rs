@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentry_dsl::spec::{self, Sweep};
+use agentry_dsl::spec;
+use agentry_dsl::{Checked, OverrideError};
 use agentry_env::TaskGenerator;
 
 use crate::compare::{self, CompareError, Comparison, Decoding};
@@ -84,6 +85,9 @@ pub enum SweepError {
         /// What went wrong.
         source: RunError,
     },
+    /// A command-line override (`--steps`) breaks a rule of the checker in some configuration.
+    #[error(transparent)]
+    Override(#[from] OverrideError),
     /// The finished runs could not be compared.
     #[error(transparent)]
     Compare(#[from] CompareError),
@@ -97,7 +101,7 @@ pub struct Planned {
     /// The seed.
     pub seed: u64,
     /// The configuration's experiment with `seed` set.
-    pub experiment: spec::Experiment,
+    pub experiment: Checked<spec::Experiment>,
 }
 
 /// Which runs of a sweep to run: all of them by default.
@@ -109,25 +113,6 @@ pub struct Selection {
     pub seed: Option<u64>,
 }
 
-/// The configurations of `spec`, labelled, in order: base (unless `base = false`), the
-/// ablations, the specialists. Without a sweep block, the base alone.
-pub fn configurations(spec: &spec::Experiment) -> Vec<(String, spec::Experiment)> {
-    let Some(sweep) = &spec.sweep else {
-        return vec![(Sweep::base_label().to_string(), spec.clone())];
-    };
-    let mut configs = Vec::new();
-    if sweep.base {
-        configs.push((Sweep::base_label().to_string(), spec.clone()));
-    }
-    for ablation in &sweep.ablations {
-        configs.push((ablation.label(), (*ablation.experiment).clone()));
-    }
-    for specialist in &sweep.specialists {
-        configs.push((specialist.label(), (*specialist.experiment).clone()));
-    }
-    configs
-}
-
 /// The seeds every configuration runs with: the sweep's, or the file's `seed`.
 pub fn seeds(spec: &spec::Experiment) -> Vec<u64> {
     match &spec.sweep {
@@ -136,19 +121,17 @@ pub fn seeds(spec: &spec::Experiment) -> Vec<u64> {
     }
 }
 
-/// Every run of the sweep: each configuration with each seed, configuration by configuration.
-pub fn plan(spec: &spec::Experiment) -> Vec<Planned> {
+/// Every run of the sweep: each configuration ([`Checked::configurations`]) with each seed,
+/// configuration by configuration.
+pub fn plan(spec: &Checked<spec::Experiment>) -> Vec<Planned> {
     let seeds = seeds(spec);
-    configurations(spec)
+    spec.configurations()
         .into_iter()
         .flat_map(|(config, experiment)| {
             seeds.iter().map(move |&seed| Planned {
                 config: config.clone(),
                 seed,
-                experiment: spec::Experiment {
-                    seed,
-                    ..experiment.clone()
-                },
+                experiment: experiment.clone().with_seed(seed),
             })
         })
         .collect()
@@ -156,8 +139,11 @@ pub fn plan(spec: &spec::Experiment) -> Vec<Planned> {
 
 /// The runs of `spec`'s sweep that `selection` keeps; a label or seed the sweep lacks is an
 /// error rather than an empty sweep.
-pub fn select(spec: &spec::Experiment, selection: &Selection) -> Result<Vec<Planned>, SweepError> {
-    let known: Vec<String> = configurations(spec).into_iter().map(|(l, _)| l).collect();
+pub fn select(
+    spec: &Checked<spec::Experiment>,
+    selection: &Selection,
+) -> Result<Vec<Planned>, SweepError> {
+    let known: Vec<String> = spec.configurations().into_iter().map(|(l, _)| l).collect();
     for config in &selection.configs {
         if !known.contains(config) {
             return Err(SweepError::UnknownConfig {
@@ -229,11 +215,11 @@ fn resumed(resume: &Path, runs: Vec<Planned>) -> Result<Vec<Planned>, SweepError
 /// One configuration of an experiment: its own spec, the user's task types of the original.
 struct Configured<'a> {
     inner: &'a dyn Experiment,
-    spec: spec::Experiment,
+    spec: Checked<spec::Experiment>,
 }
 
 impl Experiment for Configured<'_> {
-    fn spec(&self) -> spec::Experiment {
+    fn spec(&self) -> Checked<spec::Experiment> {
         self.spec.clone()
     }
 
@@ -271,7 +257,8 @@ pub fn run(
     options: &RunOptions,
     selection: &Selection,
 ) -> Result<SweepSummary, SweepError> {
-    let spec = experiment.spec();
+    // Overrides are checked for every configuration before any run starts.
+    let spec = options.overridden(experiment.spec())?;
     let mut runs = select(&spec, selection)?;
     if let Some(resume) = &options.resume {
         runs = resumed(resume, runs)?;
@@ -281,7 +268,7 @@ pub fn run(
     // shares warm-ups across more than this sweep).
     let mut options = options.clone();
     if total > 1 && options.shared_warmups.is_none() {
-        let warmups = SharedWarmups::for_runs(&options.out, runs.iter().map(|r| &r.experiment))
+        let warmups = SharedWarmups::for_runs(&options.out, runs.iter().map(|r| &*r.experiment))
             .map_err(|source| SweepError::Run {
                 config: runs[0].config.clone(),
                 seed: runs[0].seed,
@@ -365,7 +352,7 @@ mod tests {
         }
     }";
 
-    fn spec(source: &str) -> spec::Experiment {
+    fn spec(source: &str) -> Checked<spec::Experiment> {
         agentry_dsl::check(source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", source)))
     }
 
@@ -423,7 +410,7 @@ mod tests {
     #[test]
     fn base_false_leaves_the_base_out() {
         let spec = spec(&FILE.replace("specialists = true", "base = false"));
-        let labels: Vec<String> = configurations(&spec).into_iter().map(|(l, _)| l).collect();
+        let labels: Vec<String> = spec.configurations().into_iter().map(|(l, _)| l).collect();
         assert_eq!(
             labels,
             [

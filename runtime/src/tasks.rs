@@ -4,7 +4,6 @@ use agentry_dsl::spec::{BuiltinEnv, EnvRef, Experiment as Spec};
 use agentry_env::TaskGenerator;
 
 use crate::error::RunError;
-use crate::experiment::Experiment;
 
 /// The generator of a built-in task (its standard seed).
 pub fn builtin(env: BuiltinEnv) -> Box<dyn TaskGenerator> {
@@ -17,9 +16,10 @@ pub fn builtin(env: BuiltinEnv) -> Box<dyn TaskGenerator> {
     }
 }
 
-/// One generator per task of the spec, in order.
+/// One generator per task of the spec, in order; `user_task` gives the user's own types
+/// ([`crate::Experiment::user_task`]).
 pub fn resolve(
-    experiment: &dyn Experiment,
+    user_task: &dyn Fn(&str) -> Option<Box<dyn TaskGenerator>>,
     spec: &Spec,
 ) -> Result<Vec<Box<dyn TaskGenerator>>, RunError> {
     spec.tasks
@@ -34,15 +34,13 @@ pub fn resolve(
                     task: task.name.clone(),
                     reason: format!("remote task `{name}` at {url}: {e}"),
                 }),
-            EnvRef::Path(path) => experiment
-                .user_task(&task.name)
-                .ok_or_else(|| RunError::Task {
-                    task: task.name.clone(),
-                    reason: format!(
-                        "`{path}` is a Rust type: run this experiment through \
+            EnvRef::Path(path) => user_task(&task.name).ok_or_else(|| RunError::Task {
+                task: task.name.clone(),
+                reason: format!(
+                    "`{path}` is a Rust type: run this experiment through \
                      `agentry::experiment!` (cargo run --example), not the interpreter"
-                    ),
-                }),
+                ),
+            }),
         })
         .collect()
 }

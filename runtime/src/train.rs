@@ -11,6 +11,7 @@ use std::time::Instant;
 use agentry_dsl::spec::{
     self, AdvantageNorm, AlgorithmKind, Credit, Decoding, Device, KlPlacement, SftSource, ValueHead,
 };
+use agentry_dsl::{Checked, OverrideError};
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::{Split, TaskGenerator};
 use burn::module::AutodiffModule;
@@ -57,9 +58,10 @@ pub const LENGTH_BUCKET: usize = 8;
 /// How to run an experiment, beyond what its file says.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// Overrides the file's `device`.
+    /// Overrides the file's `device`; it picks where the run goes and changes nothing in the
+    /// spec, so no rule of the checker reads it.
     pub device: Option<Device>,
-    /// Overrides `train.steps`.
+    /// Overrides `train.steps`, through the checker's rules ([`RunOptions::overridden`]).
     pub steps: Option<u64>,
     /// Root of run directories (`runs` by default).
     pub out: PathBuf,
@@ -85,6 +87,25 @@ impl Default for RunOptions {
         }
     }
 }
+
+impl RunOptions {
+    /// `spec` with the overrides of the file (`steps`) applied, re-checked by the rules that
+    /// read them, so that `--steps` cannot skip a rule such as a curriculum stage's
+    /// `until <= steps`. Every entry point applies it before any work.
+    pub fn overridden(
+        &self,
+        spec: Checked<spec::Experiment>,
+    ) -> Result<Checked<spec::Experiment>, OverrideError> {
+        match self.steps {
+            Some(steps) => spec.with_steps(steps),
+            None => Ok(spec),
+        }
+    }
+}
+
+/// Oracle episodes the tokenizer is trained on when there is no warm-up (with one, its
+/// `demonstrations`). The runtime's own choice, not a key of the language.
+const TOKENIZER_EPISODES_WITHOUT_WARMUP: usize = 64;
 
 /// Success per task on the evaluation split, with one decoding.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -215,12 +236,9 @@ impl Job {
         options: &RunOptions,
         config: &str,
     ) -> Result<Self, RunError> {
-        let mut spec = experiment.spec();
-        if let Some(steps) = options.steps {
-            spec.train.steps = steps;
-        }
+        let spec = options.overridden(experiment.spec())?.into_inner();
         unsupported(&spec)?;
-        let tasks = crate::tasks::resolve(experiment, &spec)?;
+        let tasks = crate::tasks::resolve(&|name| experiment.user_task(name), &spec)?;
         let task_versions: BTreeMap<String, String> = spec
             .tasks
             .iter()
@@ -355,7 +373,10 @@ impl<B: TrainBackend> Trainer<B> {
 
         // The tokenizer is trained on the text of oracle episodes, so the words the policy
         // needs are single tokens; the same episodes are the warm-up demonstrations.
-        let demo_count = spec.train.warmup.map_or(64, |w| w.demonstrations);
+        let demo_count = spec
+            .train
+            .warmup
+            .map_or(TOKENIZER_EPISODES_WITHOUT_WARMUP, |w| w.demonstrations);
         let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
             .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
             .collect();

@@ -596,7 +596,7 @@ fn corrupt_checkpoints_are_rejected() {
     let train = header["spec"]["train"].as_object_mut().unwrap();
     assert!(train.remove("max_nonfinite_skips").is_some());
     older[0] = serde_json::to_vec(&header).unwrap();
-    let spec = experiment(&one_step()).0;
+    let spec = experiment(&one_step()).0.into_inner();
     let task_versions: std::collections::BTreeMap<String, String> =
         serde_json::from_value(header["task_versions"].clone()).unwrap();
     let path = run_dir.join("older.ckpt");
@@ -755,10 +755,10 @@ impl Environment for PresentEpisode {
 }
 
 /// An experiment whose task `present` is [`Present`].
-struct WithPresent(agentry_dsl::spec::Experiment);
+struct WithPresent(agentry_dsl::Checked<agentry_dsl::spec::Experiment>);
 
 impl Experiment for WithPresent {
-    fn spec(&self) -> agentry_dsl::spec::Experiment {
+    fn spec(&self) -> agentry_dsl::Checked<agentry_dsl::spec::Experiment> {
         self.0.clone()
     }
 

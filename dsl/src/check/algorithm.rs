@@ -59,6 +59,9 @@ impl Checker {
         let kind = self.algorithm_kind(kind_ident);
         let table = self.table(section.body, "algorithm", KEYS);
         let grouped = kind.is_some_and(AlgorithmKind::is_grouped);
+        // An unknown kind is already an error; GRPO's defaults (a group of 8) still let the
+        // keys be checked against each other.
+        let defaults = Algorithm::defaults(kind.unwrap_or(AlgorithmKind::Grpo));
 
         if let (Some(AlgorithmKind::Ppo), Some(model)) = (kind, model)
             && model.value_head == ValueHead::None
@@ -92,33 +95,26 @@ impl Checker {
                     _ => size,
                 }
             }
-            None => Some(if grouped || kind.is_none() { 8 } else { 1 }),
+            None => Some(defaults.group_size),
         };
         let clip = match table.get("clip") {
             Some(v) => self.clip(v),
-            None => Some(Clip {
-                low: 0.2,
-                high: 0.2,
-            }),
+            None => Some(defaults.clip),
         };
         let dual_clip = match table.get("dual_clip") {
             Some(v) if Self::is_none(v) => Some(None),
             Some(v) => self
                 .number_in("dual_clip", v, Interval::above(1.0))
                 .map(Some),
-            None => Some(None),
+            None => Some(defaults.dual_clip),
         };
         let kl = match table.get("kl") {
             Some(v) => self.kl(v),
-            None => Some(Kl {
-                estimator: None,
-                coef: 0.0,
-                placement: KlPlacement::Loss,
-            }),
+            None => Some(defaults.kl),
         };
         let entropy = match table.get("entropy") {
             Some(v) => self.number_in("entropy", v, Interval::at_least(0.0)),
-            None => Some(0.0),
+            None => Some(defaults.entropy),
         };
         let advantage_norm = match table.get("advantage_norm") {
             Some(v) => self.choice(
@@ -131,9 +127,7 @@ impl Checker {
                     ("per_task", AdvantageNorm::PerTask),
                 ],
             ),
-            None if kind == Some(AlgorithmKind::Grpo) => Some(AdvantageNorm::Group),
-            None if kind == Some(AlgorithmKind::DrGrpo) => Some(AdvantageNorm::None),
-            None => Some(AdvantageNorm::Batch),
+            None => Some(defaults.advantage_norm),
         };
         if let (Some(AlgorithmKind::DrGrpo), Some(v), Some(AdvantageNorm::Group)) =
             (kind, table.get("advantage_norm"), advantage_norm)
@@ -160,51 +154,50 @@ impl Checker {
                     ("seq_mean_token_mean", Aggregation::SeqMeanTokenMean),
                 ],
             ),
-            None if kind == Some(AlgorithmKind::DrGrpo) => Some(Aggregation::SeqMeanTokenSum),
-            None => Some(Aggregation::TokenMean),
+            None => Some(defaults.aggregation),
         };
         let sft = match table.get("sft") {
             Some(v) => self.schedule("sft", v),
-            None => Some(Schedule::Constant(0.0)),
+            None => Some(defaults.sft),
         };
         let sft_from = match table.get("sft_from") {
             Some(v) => self.sft_source(v),
-            None => Some(SftSource::Oracle),
+            None => Some(defaults.sft_from),
         };
         let is_cap = match table.get("is_cap") {
             Some(v) if Self::is_none(v) => Some(None),
             Some(v) => self
                 .number_in("is_cap", v, Interval::at_least(1.0))
                 .map(Some),
-            None => Some(None),
+            None => Some(defaults.is_cap),
         };
         let filter = match table.get("filter") {
             Some(v) => self.filter(v),
-            None => Some(Filter::None),
+            None => Some(defaults.filter),
         };
         let negative_weight = match table.get("negative_weight") {
             Some(v) => self.number_in("negative_weight", v, Interval::new(0.0, false, 1.0, false)),
-            None => Some(1.0),
+            None => Some(defaults.negative_weight),
         };
         let credit = match table.get("credit") {
             Some(v) => self.credit(v, kind),
-            None => Some(Credit::Outcome),
+            None => Some(defaults.credit),
         };
         let gamma = match table.get("gamma") {
             Some(v) => self.number_in("gamma", v, Interval::new(0.0, true, 1.0, false)),
-            None => Some(1.0),
+            None => Some(defaults.gamma),
         };
         let lambda = match table.get("lambda") {
             Some(v) => self.number_in("lambda", v, Interval::new(0.0, false, 1.0, false)),
-            None => Some(0.95),
+            None => Some(defaults.lambda),
         };
         let epochs = match table.get("epochs") {
             Some(v) => self.size("epochs", v, 1),
-            None => Some(1),
+            None => Some(defaults.epochs),
         };
         let value_clip = match table.get("value_clip") {
             Some(v) => self.ppo_only("value_clip", v, kind, Interval::above(0.0)),
-            None => Some(0.2),
+            None => Some(defaults.value_clip),
         };
         let value_coef = match table.get("value_coef") {
             Some(v) if model.is_some_and(|m| m.value_head == ValueHead::Separate) => {
@@ -222,14 +215,14 @@ impl Checker {
                 None
             }
             Some(v) => self.ppo_only("value_coef", v, kind, Interval::at_least(0.0)),
-            None => Some(1.0),
+            None => Some(defaults.value_coef),
         };
         let grad_clip = match table.get("grad_clip") {
             Some(v) if Self::is_none(v) => Some(None),
             Some(v) => self
                 .number_in("grad_clip", v, Interval::above(0.0))
                 .map(Some),
-            None => Some(Some(1.0)),
+            None => Some(defaults.grad_clip),
         };
         // Keys that cannot work with groups of one episode.
         if group_size == Some(1) {
@@ -383,11 +376,7 @@ impl Checker {
     fn kl(&mut self, value: &Value) -> Option<Kl> {
         let names: Vec<&str> = KL_ESTIMATORS.iter().map(|(n, _)| *n).collect();
         match &value.kind {
-            ValueKind::Ident(n) if n == "none" => Some(Kl {
-                estimator: None,
-                coef: 0.0,
-                placement: KlPlacement::Loss,
-            }),
+            ValueKind::Ident(n) if n == "none" => Some(Kl::NONE),
             ValueKind::Ident(n) if names.contains(&n.as_str()) => {
                 self.error(
                     Diagnostic::new(
@@ -436,7 +425,7 @@ impl Checker {
                         v,
                         &[("loss", KlPlacement::Loss), ("reward", KlPlacement::Reward)],
                     ),
-                    None => Some(KlPlacement::Loss),
+                    None => Some(KlPlacement::default()),
                 };
                 Some(Kl {
                     estimator: Some(*estimator),
@@ -538,15 +527,16 @@ impl Checker {
 
     /// `sft_from = oracle | successes | successes(keep = n)`.
     fn sft_source(&mut self, value: &Value) -> Option<SftSource> {
-        const DEFAULT_KEEP: usize = 256;
         let source = match &value.kind {
             ValueKind::Ident(n) if n == "oracle" => SftSource::Oracle,
-            ValueKind::Ident(n) if n == "successes" => SftSource::Successes { keep: DEFAULT_KEEP },
+            ValueKind::Ident(n) if n == "successes" => SftSource::Successes {
+                keep: SftSource::DEFAULT_KEEP,
+            },
             ValueKind::Call { name, args } if name.name == "successes" => {
                 let args = self.args(name, args, 0, &["keep"])?;
                 let keep = match args.named("keep") {
                     Some(v) => self.size("keep", v, 1)?,
-                    None => DEFAULT_KEEP,
+                    None => SftSource::DEFAULT_KEEP,
                 };
                 SftSource::Successes { keep }
             }

@@ -12,6 +12,7 @@
 
 mod algorithm;
 mod model;
+mod overrides;
 mod pool;
 mod sweep;
 mod table;
@@ -19,8 +20,9 @@ mod tasks;
 mod train;
 
 use crate::ast::{Block, ExperimentDecl, File, Ident, ItemKind};
+use crate::checked::Checked;
 use crate::diagnostics::{Diagnostic, Diagnostics, one_of, suggest};
-use crate::spec::{Device, Eval, EvalDecoding, Experiment, Placement, Pool, PoolMode, Split};
+use crate::spec::{Device, Eval, Experiment, Pool};
 
 /// The top-level keys of an experiment.
 const TOP_KEYS: &[&str] = &["seed", "device"];
@@ -38,11 +40,11 @@ const SECTIONS: &[&str] = &[
 ];
 
 /// Checks a parsed file.
-pub fn check_file(file: &File) -> Result<Experiment, Diagnostics> {
+pub fn check_file(file: &File) -> Result<Checked<Experiment>, Diagnostics> {
     let mut checker = Checker::default();
     let experiment = checker.experiment(&file.experiment, true);
     match experiment {
-        Some(experiment) if checker.errors.is_empty() => Ok(experiment),
+        Some(experiment) if checker.errors.is_empty() => Ok(Checked::new(experiment)),
         _ => Err(checker.errors.into()),
     }
 }
@@ -138,7 +140,7 @@ impl Checker {
 
         let seed = match get("seed") {
             Some(v) => self.uint("seed", v, 0),
-            None => Some(0),
+            None => Some(Experiment::DEFAULT_SEED),
         };
         let device = match get("device") {
             Some(v) => self.choice(
@@ -152,7 +154,7 @@ impl Checker {
                     ("cuda", Device::Cuda),
                 ],
             ),
-            None => Some(Device::Auto),
+            None => Some(Device::default()),
         };
 
         let model = self
@@ -186,11 +188,11 @@ impl Checker {
         };
         let pool = match self.single(&sections, "pool", &decl.name, false) {
             Some(s) => self.pool(s),
-            None => Some(default_pool()),
+            None => Some(Pool::default()),
         };
         let eval = match self.single(&sections, "eval", &decl.name, false) {
             Some(s) => self.eval(s),
-            None => Some(default_eval()),
+            None => Some(Eval::default()),
         };
         let sweep_section = self.single(&sections, "sweep", &decl.name, false);
         if let (Some(tasks), Some(algorithm), Some(train)) = (&tasks, &algorithm, &train) {
@@ -362,28 +364,5 @@ impl Checker {
             }
             _ => Some(section),
         }
-    }
-}
-
-/// The pool a file without `pool { ... }` gets: one fresh engine, synchronous.
-fn default_pool() -> Pool {
-    Pool {
-        engines: 1,
-        stale: 0,
-        refresh_every: 1,
-        cross_policy: 0.0,
-        max_staleness: 1,
-        mode: PoolMode::Sync,
-        placement: Placement::Colocated,
-    }
-}
-
-/// The evaluation a file without `eval { ... }` gets.
-fn default_eval() -> Eval {
-    Eval {
-        every: None,
-        split: Split::Test,
-        episodes: 64,
-        decoding: EvalDecoding::Both,
     }
 }

@@ -14,7 +14,7 @@ impl Checker {
         let table = self.table(section.body, "model", &["arch", "value_head"]);
         let arch = match table.get("arch") {
             Some(value) => self.arch(value),
-            None => Some(Arch::Transformer(transformer_defaults())),
+            None => Some(Arch::default()),
         };
         let value_head = match table.get("value_head") {
             Some(value) => self.choice(
@@ -26,7 +26,7 @@ impl Checker {
                     ("separate", ValueHead::Separate),
                 ],
             ),
-            None => Some(ValueHead::None),
+            None => Some(ValueHead::default()),
         };
         Some(Model {
             name,
@@ -129,7 +129,7 @@ impl Checker {
             "tie_embeddings",
         ];
         let table = self.table(body, "transformer", &keys);
-        let defaults = transformer_defaults();
+        let defaults = TransformerArch::default();
         let size =
             |checker: &mut Checker, key: &str, min: usize, default: usize| match table.get(key) {
                 Some(v) => checker.size(key, v, min),
@@ -144,7 +144,7 @@ impl Checker {
         };
         let ffn = match table.get("ffn") {
             Some(v) => self.size("ffn", v, 1),
-            None => d_model.map(|d| d.saturating_mul(4)),
+            None => d_model.map(TransformerArch::default_ffn),
         };
         let context = size(self, "context", 16, defaults.context);
         let tie_embeddings = match table.get("tie_embeddings") {
@@ -206,18 +206,5 @@ impl Checker {
             context: context?,
             tie_embeddings: tie_embeddings?,
         }))
-    }
-}
-
-/// The transformer a bare `transformer` (or a model without `arch`) gets.
-fn transformer_defaults() -> TransformerArch {
-    TransformerArch {
-        layers: 2,
-        d_model: 128,
-        heads: 4,
-        kv_heads: 4,
-        ffn: 512,
-        context: 512,
-        tie_embeddings: true,
     }
 }

@@ -18,21 +18,22 @@ impl Checker {
             "placement",
         ];
         let table = self.table(section.body, "pool", &keys);
+        let defaults = Pool::default();
         let engines = match table.get("engines") {
             Some(v) => self.size("engines", v, 1),
-            None => Some(1),
+            None => Some(defaults.engines),
         };
         let (stale, refresh_every) = match table.get("stale") {
             Some(v) => self.stale(v),
-            None => (Some(0), Some(1)),
+            None => (Some(defaults.stale), Some(defaults.refresh_every)),
         };
         let cross_policy = match table.get("cross_policy") {
             Some(v) => self.number_in("cross_policy", v, Interval::new(0.0, false, 1.0, false)),
-            None => Some(0.0),
+            None => Some(defaults.cross_policy),
         };
         let max_staleness = match table.get("max_staleness") {
             Some(v) => self.uint("max_staleness", v, 0),
-            None => Some(1),
+            None => Some(defaults.max_staleness),
         };
         let mode = match table.get("mode") {
             Some(v) => self.choice(
@@ -40,11 +41,11 @@ impl Checker {
                 v,
                 &[("sync", PoolMode::Sync), ("async", PoolMode::Async)],
             ),
-            None => Some(PoolMode::Sync),
+            None => Some(defaults.mode),
         };
         let placement = match table.get("placement") {
             Some(v) => self.placement(v),
-            None => Some(Placement::Colocated),
+            None => Some(defaults.placement),
         };
         let span_of = |key: &str| table.get(key).map_or(section.keyword.span, |v| v.span);
 
@@ -242,11 +243,14 @@ impl Checker {
                         }
                         refresh
                     }
-                    None => Some(1),
+                    None => Some(Pool::default().refresh_every),
                 };
                 (count, refresh)
             }
-            _ => (self.size("stale", value, 0), Some(1)),
+            _ => (
+                self.size("stale", value, 0),
+                Some(Pool::default().refresh_every),
+            ),
         }
     }
 }

@@ -120,7 +120,7 @@ impl Checker {
             Some((true, key)) if base_ok => self.specialists(decl, key),
             _ => Some(Vec::new()),
         };
-        let base = flags[1].is_none_or(|(b, _)| b);
+        let base = flags[1].map_or(Sweep::DEFAULT_BASE, |(b, _)| b);
         if let Some((false, key)) = flags[1] {
             let others = ablations.len() + usize::from(matches!(flags[0], Some((true, _))));
             if others == 0 && base_ok {

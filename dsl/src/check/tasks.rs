@@ -2,13 +2,10 @@
 
 use crate::ast::{Ident, ItemKind, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
-use crate::spec::{BuiltinEnv, Difficulty, EnvRef, Split, Stage, Task};
+use crate::spec::{BuiltinEnv, Difficulty, EnvRef, Stage, Task};
 
 use super::table::Interval;
 use super::{Checker, Section};
-
-/// Turn limit of a task served by a user's type, when the file gives none.
-const USER_ENV_MAX_TURNS: u32 = 20;
 
 impl Checker {
     /// Every task, in file order; `None` if any of them has an error.
@@ -91,12 +88,14 @@ impl Checker {
         };
         let weight = match table.get("weight") {
             Some(v) => self.number_in("weight", v, Interval::above(0.0)),
-            None => Some(1.0),
+            None => Some(Task::DEFAULT_WEIGHT),
         };
-        let max_turns = match (table.get("max_turns"), &env) {
-            (Some(v), _) => self.uint32("max_turns", v, 1),
-            (None, Some(EnvRef::Builtin(b))) => Some(b.default_max_turns()),
-            (None, _) => Some(USER_ENV_MAX_TURNS),
+        let max_turns = match table.get("max_turns") {
+            Some(v) => self.uint32("max_turns", v, 1),
+            None => Some(
+                env.as_ref()
+                    .map_or(EnvRef::OTHER_MAX_TURNS, EnvRef::default_max_turns),
+            ),
         };
         if table.get("remote").is_some() {
             // The workers decide what they serve; a key here would be silently ignored.
@@ -126,11 +125,11 @@ impl Checker {
         }
         let difficulty = match table.get("difficulty") {
             Some(v) => self.difficulty(v),
-            None => Some(Difficulty { min: 1, max: 3 }),
+            None => Some(Difficulty::default()),
         };
         let split = match table.get("split") {
             Some(v) => self.split(v),
-            None => Some(Split::Train),
+            None => Some(Task::DEFAULT_SPLIT),
         };
         Some(Task {
             split: split?,
@@ -474,24 +473,28 @@ impl Checker {
                     )),
                 );
             }
-            if let Some(steps) = steps
-                && until > steps
-            {
+            if let Some(message) = steps.and_then(|steps| stage_beyond_training(stage, steps)) {
                 self.error(
-                    Diagnostic::new(
-                        until_span,
-                        format!(
-                            "stage `{}` ends at step {until}, after training ends (`steps = {steps}`)",
-                            stage.name
-                        ),
-                        "beyond `train.steps`",
-                    )
-                    .with_hint("lower `until` or raise `steps` in `train`"),
+                    Diagnostic::new(until_span, message, "beyond `train.steps`")
+                        .with_hint("lower `until` or raise `steps` in `train`"),
                 );
             }
             previous = Some((until, stage.name.as_str()));
         }
     }
+}
+
+/// The rule `until <= train.steps`: a stage ends within training. What is wrong when `stage`
+/// breaks it with `steps` RL steps; shared by the file's check and by `--steps`
+/// ([`Checked::with_steps`](crate::Checked::with_steps)).
+pub(super) fn stage_beyond_training(stage: &Stage, steps: u64) -> Option<String> {
+    let until = stage.until?;
+    (until > steps).then(|| {
+        format!(
+            "stage `{}` ends at step {until}, after training ends (`steps = {steps}`)",
+            stage.name
+        )
+    })
 }
 
 fn builtin_names() -> Vec<&'static str> {

@@ -2,12 +2,15 @@
 
 use crate::ast::{Block, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
-use crate::spec::{Eval, EvalDecoding, Optimizer, Split, Train, Warmup};
+use crate::spec::{Eval, EvalDecoding, Optimizer, Train, Warmup};
 
 use super::table::Interval;
 use super::{Checker, Section};
 
 const OPTIMIZERS: &[&str] = &["adamw", "adam", "sgd"];
+
+/// The fewest RL steps a run may have, in the file and on the command line (`--steps`).
+pub(super) const MIN_STEPS: u64 = 1;
 
 impl Checker {
     pub(super) fn train(
@@ -31,7 +34,7 @@ impl Checker {
         ];
         let table = self.table(section.body, "train", &keys);
         let steps = match table.get("steps") {
-            Some(v) => self.uint("steps", v, 1),
+            Some(v) => self.uint("steps", v, MIN_STEPS),
             None => {
                 self.error(
                     Diagnostic::new(
@@ -46,7 +49,7 @@ impl Checker {
         };
         let batch = match table.get("batch") {
             Some(v) => self.size("batch", v, 1),
-            None => Some(32),
+            None => Some(Train::DEFAULT_BATCH),
         };
         if let (Some(b), Some(g)) = (batch, group_size)
             && g > 0
@@ -73,23 +76,19 @@ impl Checker {
         }
         let lr = match table.get("lr") {
             Some(v) => self.number_in("lr", v, Interval::above(0.0)),
-            None => Some(3e-4),
+            None => Some(Train::DEFAULT_LR),
         };
         let optimizer = match table.get("optimizer") {
             Some(v) => self.optimizer(v),
-            None => Some(Optimizer::AdamW {
-                weight_decay: 0.01,
-                beta1: 0.9,
-                beta2: 0.999,
-            }),
+            None => Some(Optimizer::default()),
         };
         let temperature = match table.get("temperature") {
             Some(v) => self.number_in("temperature", v, Interval::above(0.0)),
-            None => Some(1.0),
+            None => Some(Train::DEFAULT_TEMPERATURE),
         };
         let top_p = match table.get("top_p") {
             Some(v) => self.number_in("top_p", v, Interval::new(0.0, true, 1.0, false)),
-            None => Some(1.0),
+            None => Some(Train::DEFAULT_TOP_P),
         };
         let top_k = match table.get("top_k") {
             Some(v) if Self::is_none(v) => Some(None),
@@ -119,7 +118,7 @@ impl Checker {
         };
         let max_new_tokens = match table.get("max_new_tokens") {
             Some(v) => self.size("max_new_tokens", v, 1),
-            None => Some(64),
+            None => Some(Train::DEFAULT_MAX_NEW_TOKENS),
         };
         let warmup = match table.get("warmup") {
             Some(v) if Self::is_none(v) => Some(None),
@@ -133,7 +132,7 @@ impl Checker {
         };
         let max_nonfinite_skips = match table.get("max_nonfinite_skips") {
             Some(v) => self.uint32("max_nonfinite_skips", v, 1),
-            None => Some(3),
+            None => Some(Train::DEFAULT_MAX_NONFINITE_SKIPS),
         };
         Some(Train {
             steps: steps?,
@@ -239,15 +238,15 @@ impl Checker {
                 let table = self.table(body, kind, keys);
                 let weight_decay = match table.get("weight_decay") {
                     Some(v) => self.number_in("weight_decay", v, Interval::at_least(0.0)),
-                    None => Some(0.01),
+                    None => Some(Optimizer::DEFAULT_WEIGHT_DECAY),
                 };
                 let beta1 = match table.get("beta1") {
                     Some(v) => self.number_in("beta1", v, unit),
-                    None => Some(0.9),
+                    None => Some(Optimizer::DEFAULT_BETA1),
                 };
                 let beta2 = match table.get("beta2") {
                     Some(v) => self.number_in("beta2", v, unit),
-                    None => Some(0.999),
+                    None => Some(Optimizer::DEFAULT_BETA2),
                 };
                 let (beta1, beta2) = (beta1?, beta2?);
                 Some(if kind == "adamw" {
@@ -264,7 +263,7 @@ impl Checker {
                 let table = self.table(body, "sgd", &["momentum"]);
                 let momentum = match table.get("momentum") {
                     Some(v) => self.number_in("momentum", v, unit),
-                    None => Some(0.0),
+                    None => Some(Optimizer::DEFAULT_MOMENTUM),
                 };
                 Some(Optimizer::Sgd {
                     momentum: momentum?,
@@ -339,11 +338,11 @@ impl Checker {
         };
         let demonstrations = match table.get("demonstrations") {
             Some(v) => self.size("demonstrations", v, 1),
-            None => Some(256),
+            None => Some(Warmup::DEFAULT_DEMONSTRATIONS),
         };
         let batch = match table.get("batch") {
             Some(v) => self.size("batch", v, 1),
-            None => Some(16),
+            None => Some(Warmup::DEFAULT_BATCH),
         };
         Some(Warmup {
             steps: steps?,
@@ -359,18 +358,19 @@ impl Checker {
             "eval",
             &["every", "split", "episodes", "decoding"],
         );
+        let defaults = Eval::default();
         let every = match table.get("every") {
             Some(v) if Self::is_none(v) => Some(None),
             Some(v) => self.uint("every", v, 1).map(Some),
-            None => Some(None),
+            None => Some(defaults.every),
         };
         let split = match table.get("split") {
             Some(v) => self.split(v),
-            None => Some(Split::Test),
+            None => Some(defaults.split),
         };
         let episodes = match table.get("episodes") {
             Some(v) => self.size("episodes", v, 1),
-            None => Some(64),
+            None => Some(defaults.episodes),
         };
         let decoding = match table.get("decoding") {
             Some(v) => self.choice(
@@ -382,7 +382,7 @@ impl Checker {
                     ("both", EvalDecoding::Both),
                 ],
             ),
-            None => Some(EvalDecoding::Both),
+            None => Some(defaults.decoding),
         };
         Some(Eval {
             every: every?,
