@@ -36,6 +36,11 @@ const MIN_COLS: usize = 512;
 /// columns is at most this many over the number of rows wide.
 const ACCUMULATORS: usize = 8192;
 
+/// Rows of a row-major right-hand side summed as one slab: 64 rows of a `576 × 1536` weight
+/// are 384 KiB read front to back, and its 9 slabs keep two threads within a slab of each
+/// other.
+const SLAB: usize = 64;
+
 /// Columns of the output each thread's block is a multiple of (64 bytes).
 const ALIGN: usize = 16;
 
@@ -87,40 +92,70 @@ pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Optio
     if k * n < MIN_READ || (form == Form::Rows && n < MIN_COLS) {
         return None;
     }
-    let block = n.div_ceil(threads.max(1)).next_multiple_of(ALIGN);
     // The left-hand rows, contiguous (a few rows: cheap, and the kernels index them flat).
     let x: Vec<f32> = (0..m)
         .flat_map(|i| (0..k).map(move |c| lhs.at(i, c)))
         .collect();
-    let run = |start: usize| {
-        let len = block.min(n - start);
-        let mut out = vec![0.0; m * len];
-        // SAFETY: `supported()` checked that this CPU has AVX2 and FMA, the only requirement
-        // of the `target_feature` functions.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            match form {
-                Form::Rows => rows_avx2(&x, m, k, rhs, start, len, &mut out),
-                Form::Dots => dots_avx2(&x, m, k, rhs, start, len, &mut out),
-            }
-        }
-        (start, len, out)
-    };
     use rayon::prelude::*;
-    let blocks: Vec<(usize, usize, Vec<f32>)> = if block >= n {
-        vec![run(0)]
-    } else {
-        (0..n.div_ceil(block))
-            .into_par_iter()
-            .map(|b| run(b * block))
-            .collect()
-    };
-    let mut out = vec![0.0; m * n];
-    for (start, len, part) in blocks {
-        for (row, src) in out.chunks_exact_mut(n).zip(part.chunks_exact(len)) {
-            row[start..start + len].copy_from_slice(src);
+    let out = match form {
+        Form::Rows => {
+            // Slabs of `SLAB` consecutive rows of `rhs` (each one contiguous run of memory),
+            // summed separately, then added in slab order: the slabs, not the threads, fix
+            // the order of the sums.
+            let slab = |s: usize| {
+                let mut part = vec![0.0; m * n];
+                let inner = s * SLAB..k.min((s + 1) * SLAB);
+                // SAFETY: `supported()` checked that this CPU has AVX2 and FMA, the only
+                // requirement of the `target_feature` function.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    rows_avx2(&x, m, k, rhs, inner, &mut part)
+                };
+                part
+            };
+            let slabs = k.div_ceil(SLAB);
+            let parts: Vec<Vec<f32>> = if threads > 1 {
+                (0..slabs).into_par_iter().map(slab).collect()
+            } else {
+                (0..slabs).map(slab).collect()
+            };
+            let mut parts = parts.into_iter();
+            let mut out = parts.next().expect("k > 0, so one slab");
+            for part in parts {
+                out.iter_mut().zip(part).for_each(|(o, p)| *o += p);
+            }
+            out
         }
-    }
+        Form::Dots => {
+            // Blocks of columns: each a contiguous run of `E`'s rows.
+            let block = n.div_ceil(threads.max(1)).next_multiple_of(ALIGN);
+            let run = |start: usize| {
+                let len = block.min(n - start);
+                let mut part = vec![0.0; m * len];
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    dots_avx2(&x, m, k, rhs, start, len, &mut part)
+                };
+                (start, len, part)
+            };
+            let blocks: Vec<(usize, usize, Vec<f32>)> = if block >= n {
+                vec![run(0)]
+            } else {
+                (0..n.div_ceil(block))
+                    .into_par_iter()
+                    .map(|b| run(b * block))
+                    .collect()
+            };
+            let mut out = vec![0.0; m * n];
+            for (start, len, part) in blocks {
+                for (row, src) in out.chunks_exact_mut(n).zip(part.chunks_exact(len)) {
+                    row[start..start + len].copy_from_slice(src);
+                }
+            }
+            out
+        }
+    };
     Some(out)
 }
 
@@ -161,11 +196,11 @@ fn sum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ps(pair, _mm_shuffle_ps::<1>(pair, pair)))
 }
 
-/// Columns `start..start + len` of `x · rhs` for a row-major `rhs` (`k × n`, row stride
-/// `rhs.row_stride`), into `out` (`m × len`, zeroed): tile by tile of columns, `rhs`'s rows
-/// are read in order and added, scaled by `x`'s column, into every output row's
-/// accumulators (which stay in L1). Four rows of `rhs` go into each pass over the
-/// accumulators, fused multiply-adds in `k` order.
+/// The sum over `c` in `inner` of `x[:, c] · rhs[c, :]` for a row-major `rhs` (`k × n`, row
+/// stride `rhs.row_stride`), into `out` (`m × n`): tile by tile of columns, `rhs`'s rows are
+/// read in order and added, scaled by `x`'s column, into every output row's accumulators
+/// (which stay in L1). Four rows of `rhs` go into each pass over the accumulators, fused
+/// multiply-adds in `c` order.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn rows_avx2(
@@ -173,12 +208,12 @@ fn rows_avx2(
     m: usize,
     k: usize,
     rhs: MatRef<'_>,
-    start: usize,
-    len: usize,
+    inner: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
     let data = rhs.data;
     let stride = rhs.row_stride;
+    let (start, len) = (0, rhs.cols);
     let mut acc = [0.0f32; ACCUMULATORS];
     // Tiles of equal width (whole vectors but the last), as few as fit the accumulators, so
     // each row of `rhs` is read in runs as long as possible.
@@ -191,9 +226,9 @@ fn rows_avx2(
         let col = start + j;
         let acc = &mut acc[..m * width];
         acc.fill(0.0);
-        let mut c = 0;
-        while c < k {
-            let depth = 4.min(k - c);
+        let mut c = inner.start;
+        while c < inner.end {
+            let depth = 4.min(inner.end - c);
             let row = |t: usize| (c + t.min(depth - 1)) * stride + col;
             let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
             let mut v = 0;
