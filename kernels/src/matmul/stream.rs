@@ -8,16 +8,18 @@
 //!
 //! - a row-major `k × n` right-hand side (a linear layer's `[d_in, d_out]` weight) row by
 //!   row, each row scaled by the left-hand side's entries and added into accumulators that stay
-//!   in the L1 cache (`x · W` as a sum of scaled rows);
+//!   in the L1 cache (`x · W` as a sum of scaled rows), in slabs of consecutive rows (each a
+//!   contiguous run of memory) spread over the threads;
 //! - a transposed one (the tied LM head, `x · Eᵀ` with `E: [vocab, d]`) as dot products of the
 //!   left-hand rows with `E`'s rows.
 //!
 //! Only for weights of at least 256 KiB, and only with AVX2 and FMA (detected at run time; the crate is compiled for the baseline
 //! x86-64); elsewhere the product goes to `gemm`. The sums run in a different order than
 //! `gemm`'s, so a decode step's logits may differ from a full forward pass's in the last bits
-//! (as they do between any two BLAS libraries); they do not depend on the thread count: the
-//! threads split the output's columns, and each element is summed by one thread in a fixed
-//! order.
+//! (as they do between any two BLAS libraries); they do not depend on the thread count: a
+//! row-major weight is cut into slabs of rows whose partial sums are added in slab order, a
+//! transposed one into blocks of output columns, and each partial sum is computed by one thread
+//! in a fixed order.
 
 use super::MatRef;
 
