@@ -3,7 +3,7 @@
 use std::process::Command;
 
 /// Scratch directories and the metrics-without-timings reader, shared with the runtime's tests.
-#[path = "../runtime/tests/common/mod.rs"]
+#[path = "../runtime/tests/it/common.rs"]
 mod common;
 
 fn agentry(args: &[&str]) -> std::process::Output {

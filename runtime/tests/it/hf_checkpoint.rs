@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::common;
 use agentry_env::{Param, ParamKind, Reset, ToolCall, ToolSchema};
 use agentry_runtime::model::hf::{HfCheckpoint, HfConfig, HfError, ModelType, load_policy};
 use agentry_runtime::model::{Policy, Sampling, generate};
 use agentry_runtime::text::{ChatFormat, HfTokenizer, Tokenizer};
-use agentry_runtime::{Interpreted, RunOptions};
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
@@ -333,19 +333,12 @@ experiment hf_tiny {{
 "#,
         fixture("qwen2").display()
     );
-    let spec = agentry_dsl::check(&source).unwrap();
     let out = scratch("qwen2");
-    let options = RunOptions {
-        out: out.to_path_buf(),
-        quiet: true,
-        ..RunOptions::default()
+    // The run seeds burn's global RNG and draws from it.
+    let summary = {
+        let _guard = common::serial();
+        common::run_on_flex(&common::experiment(&source), &out, None, None).unwrap()
     };
-    let summary = agentry_runtime::train::run_on::<Autodiff<Flex>>(
-        &Interpreted(spec),
-        &options,
-        Default::default(),
-    )
-    .unwrap();
     assert_eq!(summary.steps, 2);
     let metrics = std::fs::read_to_string(summary.run_dir.join("metrics.jsonl")).unwrap();
     let lines: Vec<Value> = metrics

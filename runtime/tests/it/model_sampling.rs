@@ -2,11 +2,11 @@
 //! exactly where they occur, rows of different lengths share a batch, the KV cache matches
 //! recomputation without it, and recorded log-probabilities match what training recomputes.
 
+use crate::common;
 use agentry_runtime::model::{
     Generation, Policy, PolicyConfig, Sampling, generate, generate_uncached,
 };
 use burn::backend::Flex;
-use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -16,9 +16,7 @@ type B = Flex;
 const VOCAB: usize = 64;
 
 fn policy(kv_heads: usize, seed: u64) -> Policy<B> {
-    let device = Default::default();
-    B::seed(&device, seed);
-    PolicyConfig {
+    let config = PolicyConfig {
         vocab: VOCAB,
         layers: 2,
         d_model: 32,
@@ -27,8 +25,8 @@ fn policy(kv_heads: usize, seed: u64) -> Policy<B> {
         ffn: 64,
         context: 96,
         tie_embeddings: kv_heads != 2,
-    }
-    .init::<B>(&device)
+    };
+    common::seeded::<B, _>(&Default::default(), seed, |device| config.init::<B>(device))
 }
 
 /// Prompts of lengths 11, 2, 6, 1 and 30.

@@ -2,8 +2,7 @@
 //! clipped value loss fit a fixed batch (the shared trunk with the policy loss beside it, and
 //! a separate critic on its own).
 
-mod common;
-
+use crate::common::serial;
 use agentry_runtime::algo::loss::{PolicyLossConfig, scalar};
 use agentry_runtime::algo::{PolicyLossInput, policy_loss, value_loss};
 use agentry_runtime::model::{Policy, PolicyConfig, Want};
@@ -13,7 +12,6 @@ use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
-use common::serial;
 
 type AD = Autodiff<Flex>;
 

@@ -1,6 +1,7 @@
 //! Policy network: shapes, padding, KV-cache generation against full recomputation,
 //! recorded log-probabilities, and a tiny overfitting run.
 
+use crate::common;
 use agentry_runtime::model::{Generation, Policy, PolicyConfig, Sampling, generate};
 use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
@@ -28,9 +29,9 @@ fn config(kv_heads: usize) -> PolicyConfig {
 }
 
 fn policy(kv_heads: usize, seed: u64) -> Policy<B> {
-    let device = Default::default();
-    B::seed(&device, seed);
-    config(kv_heads).init::<B>(&device)
+    common::seeded::<B, _>(&Default::default(), seed, |device| {
+        config(kv_heads).init::<B>(device)
+    })
 }
 
 fn batch<Bk: Backend>(rows: &[Vec<u32>]) -> Tensor<Bk, 2, Int> {
@@ -108,8 +109,8 @@ fn scored_logprobs_match_the_full_computation() {
         // One gradient step on the scored log-likelihood raises it: gradients flow through
         // the scatter back to the parameters.
         let device = Default::default();
-        AD::seed(&device, 5);
-        let trainable = config(kv_heads).init::<AD>(&device);
+        let trainable =
+            common::seeded::<AD, _>(&device, 5, |device| config(kv_heads).init::<AD>(device));
         let tokens = batch::<AD>(&[vec![1, 2, 3, 4, 5, 6], vec![7, 8, 9, 0, 0, 0]]);
         let score = |p: &Policy<AD>| p.scored_logprobs(tokens.clone(), &scored, 1.0).sum();
         let before = score(&trainable);
@@ -275,8 +276,7 @@ fn generation_respects_context_and_edge_cases() {
 #[test]
 fn tiny_model_overfits_a_sequence() {
     let device = Default::default();
-    AD::seed(&device, 5);
-    let mut p: Policy<AD> = config(2).init(&device);
+    let mut p: Policy<AD> = common::seeded::<AD, _>(&device, 5, |device| config(2).init(device));
     let mut optim = AdamWConfig::new().init::<AD, Policy<AD>>();
     let seq: Vec<u32> = vec![1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 2, 4, 6, 8];
     let tokens = batch::<AD>(&[seq.clone(), seq.iter().rev().copied().collect()]);

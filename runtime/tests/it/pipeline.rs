@@ -2,13 +2,11 @@
 //! `max_staleness` versions, the pipeline's metrics are recorded, and a run checkpoints and
 //! resumes.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
+use crate::common::{self, serial};
 use agentry_runtime::{Interpreted, RunOptions, RunSummary};
 use burn::backend::{Autodiff, Flex};
-use common::serial;
 
 fn scratch(name: &str) -> PathBuf {
     common::scratch_in("pipeline", name)
@@ -36,27 +34,13 @@ experiment {name} {{
 }
 
 fn run(source: &str, out: &Path, steps: u64, resume: Option<&Path>) -> RunSummary {
-    let options = RunOptions {
-        out: out.to_path_buf(),
-        steps: Some(steps),
-        quiet: true,
-        resume: resume.map(Path::to_path_buf),
-        ..RunOptions::default()
-    };
-    let spec = agentry_dsl::check(source).expect("the experiment checks");
-    agentry_runtime::train::run_on::<Autodiff<Flex>>(
-        &Interpreted(spec),
-        &options,
-        Default::default(),
-    )
-    .expect("the run succeeds")
+    common::run_on_flex(&common::experiment(source), out, Some(steps), resume)
+        .expect("the run succeeds")
 }
 
 fn rl_lines(run_dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+    common::metrics(run_dir)
+        .into_iter()
         .filter(|line| line["phase"] == "rl")
         .collect()
 }

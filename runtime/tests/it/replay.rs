@@ -3,16 +3,12 @@
 //! log-probabilities, greedy regeneration); a tampered record fails with the first difference;
 //! bad input is an error, never a panic.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::common::{self, serial};
 use agentry_runtime::replay::{Replay, ReplayError, replay};
 use agentry_runtime::trajectory::Trajectory;
-use agentry_runtime::{Interpreted, RunOptions};
-use burn::backend::{Autodiff, Flex};
-use common::serial;
 
 /// A tiny run: greedy evaluations after steps 1 (periodic, with a checkpoint of that step) and
 /// 2 (final). The context is wide enough for a KG instruction and two turns.
@@ -47,13 +43,7 @@ fn scratch(name: &str) -> PathBuf {
 
 fn run(source: &str, name: &str) -> PathBuf {
     let _serial = serial();
-    let experiment = Interpreted(agentry_dsl::check(source).expect("the test experiment checks"));
-    let options = RunOptions {
-        out: scratch(name),
-        quiet: true,
-        ..RunOptions::default()
-    };
-    agentry_runtime::train::run_on::<Autodiff<Flex>>(&experiment, &options, Default::default())
+    common::run_on_flex(&common::experiment(source), &scratch(name), None, None)
         .expect("the tiny run runs")
         .run_dir
 }
@@ -77,7 +67,14 @@ fn lines(file: &Path) -> Vec<Trajectory> {
 }
 
 fn replayed(file: &Path, line: usize) -> Replay {
-    replay(&format!("{}:{line}", file.display()), None).expect("the replay runs")
+    replay_alone(&format!("{}:{line}", file.display())).expect("the replay runs")
+}
+
+/// [`replay`] of `episode` under [`serial`]: a replay with weights builds its policy from burn's
+/// global RNG (before loading the checkpoint into it), which a run may have just seeded.
+fn replay_alone(episode: &str) -> Result<Replay, ReplayError> {
+    let _serial = serial();
+    replay(episode, None)
 }
 
 /// The first line of `file` with at least one turn (N from 1).
@@ -252,7 +249,7 @@ fn a_changed_task_version_is_refused() {
     let mut t = lines(&file).remove(0);
     t.task_version = "kg-0".to_string();
     let file = write_line(dir, "other-version", &t);
-    let error = replay(&format!("{}:1", file.display()), None).unwrap_err();
+    let error = replay_alone(&format!("{}:1", file.display())).unwrap_err();
     assert!(matches!(error, ReplayError::TaskChanged { .. }), "{error}");
     assert!(error.to_string().contains("`kg-0`"), "{error}");
 }
@@ -261,7 +258,7 @@ fn a_changed_task_version_is_refused() {
 fn malformed_input_is_a_clear_error() {
     let dir = greedy_run();
     let file = dir.join("episodes/final.jsonl");
-    let error = |name: String| replay(&name, None).unwrap_err().to_string();
+    let error = |name: String| replay_alone(&name).unwrap_err().to_string();
 
     let message = error(file.display().to_string());
     assert!(message.contains("names no line"), "{message}");

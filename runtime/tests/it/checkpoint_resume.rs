@@ -2,23 +2,21 @@
 //! straight ends (flex is bit-deterministic), and a truncated, corrupt or foreign checkpoint is
 //! an error that says so, never a panic.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::common::{self, experiment, serial};
 use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall, ToolSchema};
 use agentry_runtime::checkpoint::{Checkpoint, CheckpointError, FORMAT_VERSION};
 use agentry_runtime::model::hf::load_policy;
 use agentry_runtime::model::{Policy, PolicyConfig};
 use agentry_runtime::optim::PolicyOptimizer;
 use agentry_runtime::text::Tokenizer;
-use agentry_runtime::{Experiment, Interpreted, RunError, RunOptions, RunSummary};
+use agentry_runtime::{Experiment, RunError, RunSummary};
 use burn::backend::{Autodiff, Flex};
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::Tensor;
-use common::serial;
 use rand::Rng;
 
 /// A tiny run with every kind of state: a warm-up (SFT phase), a KL reference, an SFT term,
@@ -47,10 +45,6 @@ fn scratch(name: &str) -> PathBuf {
     common::scratch_in("checkpoint-resume", name)
 }
 
-fn experiment(source: &str) -> Interpreted {
-    Interpreted(agentry_dsl::check(source).expect("the test experiment checks"))
-}
-
 fn run(
     source: &str,
     out: &Path,
@@ -66,14 +60,7 @@ fn run_experiment(
     steps: u64,
     resume: Option<&Path>,
 ) -> Result<RunSummary, RunError> {
-    let options = RunOptions {
-        out: out.to_path_buf(),
-        steps: Some(steps),
-        quiet: true,
-        resume: resume.map(Path::to_path_buf),
-        ..RunOptions::default()
-    };
-    agentry_runtime::train::run_on::<Autodiff<Flex>>(experiment, &options, Default::default())
+    common::run_on_flex(experiment, out, Some(steps), resume)
 }
 
 fn phases(lines: &[serde_json::Value]) -> Vec<String> {
@@ -396,17 +383,22 @@ fn a_run_from_a_hugging_face_checkpoint_resumes_exactly() {
     assert!(weights(&a) == weights(&b), "checkpointed weights differ");
 
     // A policy of another shape (as when the model files change under the path) is refused.
-    let other = PolicyConfig {
-        vocab: 64,
-        layers: 1,
-        d_model: 16,
-        heads: 2,
-        kv_heads: 2,
-        ffn: 32,
-        context: 64,
-        tie_embeddings: true,
-    }
-    .init::<Flex>(&device);
+    // Its weights are drawn from burn's global RNG, which a run of another test may have just
+    // seeded: it waits for the lock.
+    let other = {
+        let _guard = serial();
+        PolicyConfig {
+            vocab: 64,
+            layers: 1,
+            d_model: 16,
+            heads: 2,
+            kv_heads: 2,
+            ffn: 32,
+            context: 64,
+            tie_embeddings: true,
+        }
+        .init::<Flex>(&device)
+    };
     let message = a.restore_policy(other, &device).unwrap_err().to_string();
     assert!(
         message.contains("the architecture differs (parameter 0 is")

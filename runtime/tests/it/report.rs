@@ -3,14 +3,11 @@
 //! PNG and SVG plots; the report is regenerated identically from the directory alone; sampling
 //! in evaluation leaves training bit-identical; a directory that is not a run is a clear error.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
+use crate::common::{self, serial};
+use agentry_runtime::RunSummary;
 use agentry_runtime::report::{self, ReportError};
-use agentry_runtime::{Interpreted, RunOptions, RunSummary};
-use burn::backend::{Autodiff, Flex};
-use common::serial;
 
 /// A warm-up (so there is an after-warm-up evaluation), two RL steps, an evaluation every step,
 /// and the default `decoding = both`. The KL penalty on the reward makes returns differ, so the
@@ -35,31 +32,12 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn run(source: &str, out: &Path) -> RunSummary {
-    let spec = agentry_dsl::check(source).expect("the test experiment checks");
-    let options = RunOptions {
-        out: out.to_path_buf(),
-        quiet: true,
-        ..RunOptions::default()
-    };
-    agentry_runtime::train::run_on::<Autodiff<Flex>>(
-        &Interpreted(spec),
-        &options,
-        Default::default(),
-    )
-    .unwrap()
-}
-
-fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    common::run_on_flex(&common::experiment(source), out, None, None).unwrap()
 }
 
 /// The RL lines without their wall-clock fields: what must not depend on evaluation.
 fn training(run_dir: &Path) -> Vec<serde_json::Value> {
-    metrics(run_dir)
+    common::metrics(run_dir)
         .into_iter()
         .filter(|l| l["phase"] != "eval")
         .map(|mut l| {
@@ -102,7 +80,7 @@ fn a_run_evaluates_greedy_and_sampled_and_writes_its_report() {
     let dir = &summary.run_dir;
 
     // Every evaluation point has a greedy line, then a sampled one, on the same instances.
-    let evals: Vec<(u64, String, String, u64)> = metrics(dir)
+    let evals: Vec<(u64, String, String, u64)> = common::metrics(dir)
         .iter()
         .filter(|l| l["phase"] == "eval")
         .map(|l| {

@@ -1,13 +1,11 @@
 //! Shared warm-ups: the runs of a sweep that differ only after the warm-up train it once, and
 //! each of them writes exactly what it would have written alone.
 
-mod common;
-
 use std::path::Path;
 
+use crate::common::{self, serial};
 use agentry_runtime::sweep::{self, Selection, SweepRun};
 use agentry_runtime::{Interpreted, RunOptions};
-use common::serial;
 
 const SWEEP: &str = r#"
 experiment shared {

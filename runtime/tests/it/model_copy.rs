@@ -1,6 +1,7 @@
 //! The policy can learn to copy from its context: the capability tool calls need (an entity
 //! named in the question must be written back as an argument).
 
+use crate::common;
 use agentry_runtime::model::PolicyConfig;
 use burn::backend::{Autodiff, Flex};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
@@ -24,8 +25,7 @@ fn learns_to_copy_a_random_word_from_the_prompt() {
         context: 32,
         tie_embeddings: true,
     };
-    <B as burn::tensor::backend::Backend>::seed(&device, 1);
-    let mut policy = config.init::<B>(&device);
+    let mut policy = common::seeded::<B, _>(&device, 1, |device| config.init::<B>(device));
     let mut optim = AdamWConfig::new().init();
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     // Row: filler words, the word to copy after marker 1, more filler, marker 2, the word.

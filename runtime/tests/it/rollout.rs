@@ -1,6 +1,7 @@
 //! Rollout under the controller: an environment that panics ends only its own episode; context
 //! limits; snapshots and their continuations for Monte-Carlo credit.
 
+use crate::common;
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::kg::Kg;
 use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall};
@@ -9,7 +10,6 @@ use agentry_runtime::pool::{Engine, Engines};
 use agentry_runtime::rollout::{EpisodeSpec, ForkPlan, continue_forks, play, play_in_pool};
 use agentry_runtime::text::{ChatFormat, Tokenizer};
 use burn::backend::Flex;
-use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -64,9 +64,7 @@ fn policy(chat: &ChatFormat) -> Policy<Flex> {
 }
 
 fn policy_seeded(chat: &ChatFormat, seed: u64) -> Policy<Flex> {
-    let device = Default::default();
-    Flex::seed(&device, seed);
-    PolicyConfig {
+    let config = PolicyConfig {
         vocab: chat.tokenizer().vocab_size(),
         layers: 1,
         d_model: 16,
@@ -75,8 +73,10 @@ fn policy_seeded(chat: &ChatFormat, seed: u64) -> Policy<Flex> {
         ffn: 32,
         context: 256,
         tie_embeddings: true,
-    }
-    .init::<Flex>(&device)
+    };
+    common::seeded::<Flex, _>(&Default::default(), seed, |device| {
+        config.init::<Flex>(device)
+    })
 }
 
 fn sampling(chat: &ChatFormat) -> Sampling {

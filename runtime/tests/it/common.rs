@@ -1,0 +1,102 @@
+//! Scaffolding the runtime's integration tests share (and the root crate's `tests/cli.rs`, which
+//! includes this file by path): one user of burn's global RNG at a time, scratch directories
+//! under the target dir, tiny runs on flex, and their metrics.
+//!
+//! All the runtime's integration tests are modules of one test binary (`tests/it/main.rs`), so
+//! they run as threads of one process and share its global state. The one piece of it a test
+//! depends on is burn's weight-initialization RNG: it is global per backend (and
+//! `Autodiff<Flex>` seeds flex's), so a seed and the draws that must follow it in order (building
+//! a policy, or a whole run, which seeds it from the experiment) hold [`serial`]. No test sets
+//! environment variables, changes the current directory or sizes rayon's global pool.
+
+// Each includer uses part of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use agentry_runtime::{Experiment, Interpreted, RunError, RunOptions, RunSummary};
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::backend::Backend;
+
+/// burn seeds weight initialization through a per-backend global RNG, so runs (and anything
+/// that seeds it and builds a policy) in one process must not overlap.
+static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Holds the one-run lock until dropped (a test that panicked while holding it does not
+/// poison the others). Not reentrant: a test that holds it calls nothing that takes it.
+pub fn serial() -> MutexGuard<'static, ()> {
+    ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Seeds burn's global RNG for `B` with `seed` and runs `init` (which builds weights from it)
+/// under [`serial`], so no other test reseeds or draws from that RNG in between.
+pub fn seeded<B: Backend, T>(
+    device: &B::Device,
+    seed: u64,
+    init: impl FnOnce(&B::Device) -> T,
+) -> T {
+    let _guard = serial();
+    B::seed(device, seed);
+    init(device)
+}
+
+/// A fresh, empty `CARGO_TARGET_TMPDIR/<suite>/<name>`.
+pub fn scratch_in(suite: &str, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(suite)
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The experiment `source` declares (which must check).
+pub fn experiment(source: &str) -> Interpreted {
+    Interpreted(agentry_dsl::check(source).expect("the test experiment checks"))
+}
+
+/// Runs `experiment` quietly on flex (with autodiff) into `out`, for `steps` (all of them when
+/// `None`) and resuming from `resume`. The caller holds [`serial`].
+pub fn run_on_flex(
+    experiment: &dyn Experiment,
+    out: &Path,
+    steps: Option<u64>,
+    resume: Option<&Path>,
+) -> Result<RunSummary, RunError> {
+    let options = RunOptions {
+        out: out.to_path_buf(),
+        steps,
+        quiet: true,
+        resume: resume.map(Path::to_path_buf),
+        ..RunOptions::default()
+    };
+    agentry_runtime::train::run_on::<Autodiff<Flex>>(experiment, &options, Default::default())
+}
+
+/// Every line of a run's `metrics.jsonl`.
+pub fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The metrics lines of a run with its wall-clock fields (`*_seconds`,
+/// `trajectories_per_second`) removed: everything else of two equal runs must match exactly.
+pub fn metrics_without_timings(run_dir: &Path) -> Vec<serde_json::Value> {
+    metrics(run_dir)
+        .into_iter()
+        .map(|mut value| {
+            if let Some(object) = value.as_object_mut() {
+                object.retain(|key, _| {
+                    !key.ends_with("_seconds") && key != "trajectories_per_second"
+                });
+            }
+            value
+        })
+        .collect()
+}

@@ -1,0 +1,22 @@
+//! The runtime's integration tests, as one test binary: every integration-test file is a
+//! binary that links burn, so one binary for the crate links it once (the layout of
+//! rust-analyzer's `tests/it/main.rs`). Each module was a file of its own under `tests/`.
+//!
+//! The modules' tests run as threads of one process: what they must not share (burn's global
+//! weight-initialization RNG) is behind [`common::serial`]; see the `common` module docs.
+
+mod common;
+
+mod checkpoint_resume;
+mod hf_checkpoint;
+mod model_copy;
+mod model_policy;
+mod model_sampling;
+mod pipeline;
+mod ppo;
+mod replay;
+mod report;
+mod rollout;
+mod shared_warmup;
+mod text_chat;
+mod text_tokenizer;
