@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the tiny Hugging Face checkpoints under runtime/tests/fixtures/hf/ and the
-reference outputs `runtime/tests/hf_checkpoint.rs` compares Agentry against.
+reference outputs `runtime/tests/it/hf_checkpoint.rs` compares Agentry against.
 
 Run once by hand (CI never runs it; it only reads the committed files):
 
