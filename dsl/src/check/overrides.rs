@@ -6,12 +6,13 @@ use crate::checked::{Checked, OverrideError};
 use crate::spec::{Experiment, Sweep};
 
 use super::tasks::stage_beyond_training;
-use super::train::MIN_STEPS;
 
 impl Checked<Experiment> {
     /// The experiment with `train.steps = steps`, if the rules that read `train.steps` still
-    /// hold: at least 1 step, and every curriculum stage ends within training
-    /// (`until <= steps`).
+    /// hold: every curriculum stage ends within training (`until <= steps`). `0` is the one
+    /// value a file may not set: it stops the run after its warm-up (whose checkpoint a later
+    /// run resumes from with more steps, checked again then), so no rule about RL steps
+    /// applies.
     ///
     /// Every configuration of the sweep is checked with `steps` too, so a sweep fails before
     /// its first run; they keep their own `train.steps`, as the base run records the file's
@@ -74,11 +75,8 @@ fn steps_rules(
         Some(config) => format!("configuration `{config}`: {message}"),
         None => message,
     };
-    if steps < MIN_STEPS {
-        return Err(OverrideError {
-            message: within(format!("`--steps` must be at least {MIN_STEPS}")),
-            hint: "`--steps` is the number of RL steps".into(),
-        });
+    if steps == 0 {
+        return Ok(());
     }
     for stage in &experiment.curriculum {
         if let Some(message) = stage_beyond_training(stage, steps) {
