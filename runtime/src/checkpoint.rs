@@ -49,12 +49,13 @@ use burn::tensor::backend::Backend;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::Evaluation;
 use crate::model::Policy;
 use crate::model::TrainBackend;
 use crate::monitor::Monitor;
 use crate::optim::PolicyOptimizer;
+use crate::pool::Versioned;
 use crate::text::{Tokenizer, Transcript};
-use crate::train::Evaluation;
 
 /// The first bytes of every checkpoint file.
 const MAGIC: &[u8; 8] = b"AGNTCKPT";
@@ -275,7 +276,7 @@ pub struct Snapshot<'a, B: TrainBackend> {
     /// Updates skipped in a row for a non-finite loss or gradient.
     pub nonfinite_streak: u32,
     /// Cross-policy sampling: the stale engine's weights and their version.
-    pub stale: Option<(&'a Policy<B::InnerBackend>, u64)>,
+    pub stale: Option<Versioned<&'a Policy<B::InnerBackend>>>,
 }
 
 fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
@@ -307,7 +308,7 @@ impl<B: TrainBackend> Snapshot<'_, B> {
             successes: self.successes.to_vec(),
             monitor: self.monitor.clone(),
             nonfinite_streak: self.nonfinite_streak,
-            stale_version: self.stale.map(|(_, version)| version),
+            stale_version: self.stale.map(|stale| stale.version),
         };
         let header = serde_json::to_vec(&header).map_err(|e| failed(e.to_string()))?;
         let weights = Recorder::<B>::record(&recorder(), self.policy.clone().into_record(), ())
@@ -331,10 +332,12 @@ impl<B: TrainBackend> Snapshot<'_, B> {
             None => (Vec::new(), Vec::new()),
         };
         let stale = match self.stale {
-            Some((stale, _)) => {
-                Recorder::<B::InnerBackend>::record(&recorder(), stale.clone().into_record(), ())
-                    .map_err(|e| failed(format!("stale engine: {e}")))?
-            }
+            Some(stale) => Recorder::<B::InnerBackend>::record(
+                &recorder(),
+                stale.weights.clone().into_record(),
+                (),
+            )
+            .map_err(|e| failed(format!("stale engine: {e}")))?,
             None => Vec::new(),
         };
         let sections = [
@@ -842,12 +845,12 @@ impl Checkpoint {
         &self,
         policy: Policy<B>,
         device: &B::Device,
-    ) -> Result<Option<(Policy<B>, u64)>, CheckpointError> {
+    ) -> Result<Option<Versioned<Policy<B>>>, CheckpointError> {
         match (&self.stale, self.header.stale_version) {
-            (Some(bytes), Some(version)) => Ok(Some((
-                self.load_weights(policy, bytes, "stale engine weights", device)?,
+            (Some(bytes), Some(version)) => Ok(Some(Versioned {
+                weights: self.load_weights(policy, bytes, "stale engine weights", device)?,
                 version,
-            ))),
+            })),
             (None, None) => Ok(None),
             _ => {
                 Err(self

@@ -4,8 +4,12 @@
 //! sampled by weight and difficulty uniformly from the allowed levels. Without a `curriculum`
 //! block there is one stage with every task at its own settings.
 
-use agentry_dsl::spec::{Difficulty, Experiment, Stage, Task};
+use agentry_dsl::spec::{self, Difficulty, Experiment, Stage, Task};
+use agentry_env::Split;
 use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::rollout::EpisodeSpec;
 
 /// What one episode is drawn as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,4 +94,32 @@ impl Curriculum {
 
 fn draw_level(difficulty: Difficulty, rng: &mut impl Rng) -> u8 {
     rng.random_range(difficulty.min..=difficulty.max)
+}
+
+/// One training episode's draw: task, difficulty and budget from the curriculum, a random
+/// instance of the task's training split.
+pub fn training_draw(
+    spec: &Experiment,
+    curriculum: &Curriculum,
+    step: u64,
+    group: usize,
+    rng: &mut ChaCha8Rng,
+) -> EpisodeSpec {
+    let draw = curriculum.draw(step, rng);
+    EpisodeSpec {
+        task: draw.task,
+        split: env_split(spec.tasks[draw.task].split),
+        difficulty: draw.difficulty,
+        index: rng.random_range(0..u64::from(u32::MAX)),
+        max_turns: draw.max_turns,
+        group,
+    }
+}
+
+/// The environments' split of the language's.
+pub fn env_split(split: spec::Split) -> Split {
+    match split {
+        spec::Split::Train => Split::Train,
+        spec::Split::Test => Split::Test,
+    }
 }

@@ -19,6 +19,18 @@ pub enum RunError {
     /// The experiment asks for something this version of the runtime does not implement.
     #[error("{0}")]
     Unsupported(String),
+    /// The warm-up has nothing to clone: no task's oracle produced a demonstration that fits.
+    #[error(
+        "the warm-up needs oracle demonstrations, but no task produced one that succeeds within \
+         its turn budget and the model's context"
+    )]
+    NoDemonstrations,
+    /// Asynchronous rollout stopped delivering episodes.
+    #[error(transparent)]
+    Rollout(#[from] crate::pipeline::Starved),
+    /// A state the runtime should never reach: a bug in Agentry, to be reported.
+    #[error("internal error (please report it): {0}")]
+    Internal(&'static str),
     /// The experiment's Hugging Face model could not be loaded.
     #[error("cannot load the model: {0}")]
     Model(#[from] crate::model::hf::HfError),
@@ -65,6 +77,16 @@ pub enum RunError {
         /// Its gradient norm, when the loss was finite.
         grad_norm: Option<f32>,
     },
+}
+
+/// A run directory's error is the run's I/O error on that path.
+impl From<crate::metrics::RunDirError> for RunError {
+    fn from(e: crate::metrics::RunDirError) -> Self {
+        RunError::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 impl RunError {

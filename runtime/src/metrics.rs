@@ -9,9 +9,68 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::std_dev;
-use crate::error::RunError;
-use crate::monitor::Alert;
+use crate::monitor::{Alert, Signals};
 use crate::spec::Decoding;
+
+/// A file of the run directory could not be written (or, reopening it, read).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write `{}`: {source}", path.display())]
+pub struct RunDirError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// The underlying error.
+    pub source: std::io::Error,
+}
+
+impl RunDirError {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunDirError {
+        let path = path.into();
+        move |source| RunDirError { path, source }
+    }
+}
+
+/// Where in a run an evaluation happens; its name labels the evaluation's record, samples and
+/// episode files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalPoint {
+    /// After the supervised warm-up, before any RL.
+    Warmup,
+    /// Every `eval.every` RL steps.
+    Periodic,
+    /// At the end of RL.
+    Final,
+}
+
+impl EvalPoint {
+    /// The point's name: `warmup`, `periodic` or `final`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EvalPoint::Warmup => "warmup",
+            EvalPoint::Periodic => "periodic",
+            EvalPoint::Final => "final",
+        }
+    }
+}
+
+impl std::fmt::Display for EvalPoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Success per task on the evaluation split, with one decoding.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// Per task.
+    pub tasks: BTreeMap<String, TaskStats>,
+    /// Mean success over tasks.
+    pub success: f64,
+    /// Its 95% interval (Wilson), pooled over the tasks' episodes (each task plays as many).
+    #[serde(default)]
+    pub success_ci: [f64; 2],
+}
 
 /// Success and return of one task over some episodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -97,8 +156,8 @@ pub enum Record {
     Eval {
         /// RL steps done when it ran.
         step: u64,
-        /// Which point of the run (`warmup`, `periodic`, `final`).
-        label: String,
+        /// Which point of the run.
+        label: EvalPoint,
         /// How the episodes were decoded (lines written before it existed were greedy).
         #[serde(default)]
         decoding: Decoding,
@@ -226,6 +285,21 @@ pub struct RlRecord {
     pub update_seconds: f64,
 }
 
+impl RlRecord {
+    /// What the stability monitor reads of this step.
+    pub fn signals(&self) -> Signals {
+        Signals {
+            step: self.step,
+            skipped: self.skipped,
+            skipped_nonfinite: self.skipped_nonfinite,
+            grad_norm: self.grad_norm,
+            entropy: self.entropy,
+            reward_std: self.reward_std,
+            flat_groups: self.flat_groups,
+        }
+    }
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }
@@ -275,7 +349,7 @@ impl RunDir {
     /// other: `root/<experiment>/seed<seed>-<ms>` for the base configuration (where a run of a
     /// file without a sweep has always gone) and `root/<experiment>/<config>/seed<seed>-<ms>`
     /// for the others.
-    pub fn create(root: &Path, config: &RunConfig) -> Result<Self, RunError> {
+    pub fn create(root: &Path, config: &RunConfig) -> Result<Self, RunDirError> {
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
@@ -285,9 +359,9 @@ impl RunDir {
             parent.push(&config.config);
         }
         let path = parent.join(format!("seed{}-{started}", config.seed));
-        std::fs::create_dir_all(&path).map_err(RunError::io(&path))?;
+        std::fs::create_dir_all(&path).map_err(RunDirError::io(&path))?;
         let metrics_path = path.join("metrics.jsonl");
-        let metrics = File::create(&metrics_path).map_err(RunError::io(&metrics_path))?;
+        let metrics = File::create(&metrics_path).map_err(RunDirError::io(&metrics_path))?;
         let run_dir = RunDir {
             path,
             metrics: BufWriter::new(metrics),
@@ -301,12 +375,12 @@ impl RunDir {
     /// lines are appended after them. Lines beyond `keep` (written after the checkpoint, and
     /// about to be written again) are moved to the end of `metrics-superseded.jsonl` rather than
     /// lost. Returns the directory and how many bytes were moved.
-    pub fn reopen(path: &Path, keep: u64) -> Result<(Self, u64), RunError> {
+    pub fn reopen(path: &Path, keep: u64) -> Result<(Self, u64), RunDirError> {
         let metrics_path = path.join("metrics.jsonl");
-        let written = std::fs::read(&metrics_path).map_err(RunError::io(&metrics_path))?;
+        let written = std::fs::read(&metrics_path).map_err(RunDirError::io(&metrics_path))?;
         let keep_len = usize::try_from(keep).unwrap_or(usize::MAX);
         if written.len() < keep_len {
-            return Err(RunError::Io {
+            return Err(RunDirError {
                 path: metrics_path,
                 source: std::io::Error::other(format!(
                     "it holds {} bytes, fewer than the {keep} the checkpoint recorded",
@@ -321,19 +395,21 @@ impl RunDir {
                 .create(true)
                 .append(true)
                 .open(&superseded)
-                .map_err(RunError::io(&superseded))?;
+                .map_err(RunDirError::io(&superseded))?;
             file.write_all(tail)
                 .and_then(|()| file.sync_all())
-                .map_err(RunError::io(&superseded))?;
+                .map_err(RunDirError::io(&superseded))?;
         }
         let metrics = std::fs::OpenOptions::new()
             .write(true)
             .open(&metrics_path)
-            .map_err(RunError::io(&metrics_path))?;
-        metrics.set_len(keep).map_err(RunError::io(&metrics_path))?;
+            .map_err(RunDirError::io(&metrics_path))?;
+        metrics
+            .set_len(keep)
+            .map_err(RunDirError::io(&metrics_path))?;
         let mut metrics = BufWriter::new(metrics);
         std::io::Seek::seek(&mut metrics, std::io::SeekFrom::End(0))
-            .map_err(RunError::io(&metrics_path))?;
+            .map_err(RunDirError::io(&metrics_path))?;
         Ok((
             RunDir {
                 path: path.to_path_buf(),
@@ -344,11 +420,11 @@ impl RunDir {
     }
 
     /// Bytes of `metrics.jsonl` written so far (every record is flushed as it is written).
-    pub fn metrics_len(&self) -> Result<u64, RunError> {
+    pub fn metrics_len(&self) -> Result<u64, RunDirError> {
         let path = self.path.join("metrics.jsonl");
         std::fs::metadata(&path)
             .map(|m| m.len())
-            .map_err(RunError::io(path))
+            .map_err(RunDirError::io(path))
     }
 
     /// The directory.
@@ -357,35 +433,35 @@ impl RunDir {
     }
 
     /// Appends one line to `metrics.jsonl` and flushes it, so a crash loses nothing written.
-    pub fn record(&mut self, record: &Record) -> Result<(), RunError> {
+    pub fn record(&mut self, record: &Record) -> Result<(), RunDirError> {
         let path = self.path.join("metrics.jsonl");
-        let line = serde_json::to_string(record).map_err(|e| RunError::Io {
+        let line = serde_json::to_string(record).map_err(|e| RunDirError {
             path: path.clone(),
             source: e.into(),
         })?;
         writeln!(self.metrics, "{line}")
             .and_then(|()| self.metrics.flush())
-            .map_err(RunError::io(path))
+            .map_err(RunDirError::io(path))
     }
 
     /// Appends lines another run recorded (a shared warm-up's, [`crate::shared_warmup`]) as
     /// they are, and flushes them.
-    pub fn append_recorded(&mut self, lines: &[u8]) -> Result<(), RunError> {
+    pub fn append_recorded(&mut self, lines: &[u8]) -> Result<(), RunDirError> {
         let path = self.path.join("metrics.jsonl");
         self.metrics
             .write_all(lines)
             .and_then(|()| self.metrics.flush())
-            .map_err(RunError::io(path))
+            .map_err(RunDirError::io(path))
     }
 
     /// Writes `name` in the run directory as pretty JSON.
-    pub fn write_json(&self, name: &str, value: &impl Serialize) -> Result<(), RunError> {
+    pub fn write_json(&self, name: &str, value: &impl Serialize) -> Result<(), RunDirError> {
         let path = self.path.join(name);
-        let text = serde_json::to_string_pretty(value).map_err(|e| RunError::Io {
+        let text = serde_json::to_string_pretty(value).map_err(|e| RunDirError {
             path: path.clone(),
             source: e.into(),
         })?;
-        std::fs::write(&path, text).map_err(RunError::io(path))
+        std::fs::write(&path, text).map_err(RunDirError::io(path))
     }
 }
 
@@ -450,7 +526,7 @@ mod tests {
             Record::Rl(Box::new(rl)),
             Record::Eval {
                 step: 3,
-                label: "final".into(),
+                label: EvalPoint::Final,
                 decoding: Decoding::Sampled,
                 tasks: BTreeMap::from([("kg".into(), TaskStats::of([(true, 1.0, 2)]))]),
                 success: 1.0,

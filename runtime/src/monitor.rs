@@ -16,8 +16,6 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::RlRecord;
-
 /// Steps of recent gradient norms a spike is measured against.
 pub const GRAD_WINDOW: usize = 20;
 /// Norms needed in the window before spikes are judged.
@@ -34,6 +32,25 @@ pub const ECHO_SPREAD_FRACTION: f64 = 0.1;
 pub const ECHO_FLAT_GROUPS: f64 = 0.9;
 /// …for this many consecutive steps (one flat batch is chance; a run of them is a collapse).
 pub const ECHO_PATIENCE: u32 = 3;
+
+/// What the monitor reads of one RL step's record (`metrics::RlRecord::signals`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Signals {
+    /// The RL step.
+    pub step: u64,
+    /// Whether the step's update was skipped because every advantage was zero.
+    pub skipped: bool,
+    /// Updates of the step skipped for a non-finite loss or gradient norm.
+    pub skipped_nonfinite: usize,
+    /// The gradient norm of the step's last applied update.
+    pub grad_norm: f32,
+    /// The policy's mean entropy over the agent tokens.
+    pub entropy: f32,
+    /// The standard deviation of the batch's rewards.
+    pub reward_std: f64,
+    /// Fraction of groups whose members all earned one reward.
+    pub flat_groups: f64,
+}
 
 /// One instability the monitor recognises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -67,7 +84,7 @@ impl Alert {
     }
 
     /// What a researcher reads when the alert starts.
-    fn explain(self, record: &RlRecord, monitor: &Monitor) -> String {
+    fn explain(self, record: &Signals, monitor: &Monitor) -> String {
         match self {
             Alert::GradSpike => format!(
                 "gradient spike: norm {:.3} is over {GRAD_SPIKE_FACTOR}× the recent median {:.3} \
@@ -141,7 +158,7 @@ pub struct Monitor {
 impl Monitor {
     /// Judges one step's record (skipped updates have no gradient or entropy and are judged
     /// on rewards only). Returns the alerts that hold, and a message for each that just began.
-    pub fn observe(&mut self, record: &RlRecord) -> (Vec<Alert>, Vec<String>) {
+    pub fn observe(&mut self, record: &Signals) -> (Vec<Alert>, Vec<String>) {
         let mut holding = Vec::new();
         // A step with a skipped update says nothing reliable about gradients or entropy.
         let updated = !record.skipped && record.skipped_nonfinite == 0;
@@ -205,13 +222,13 @@ fn median(values: &VecDeque<f32>) -> f32 {
 mod tests {
     use super::*;
 
-    fn step(step: u64, grad_norm: f32, entropy: f32, reward_std: f64) -> RlRecord {
-        RlRecord {
+    fn step(step: u64, grad_norm: f32, entropy: f32, reward_std: f64) -> Signals {
+        Signals {
             step,
             grad_norm,
             entropy,
             reward_std,
-            ..RlRecord::default()
+            ..Signals::default()
         }
     }
 

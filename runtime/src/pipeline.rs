@@ -31,21 +31,15 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::curriculum::Curriculum;
+use crate::curriculum::training_draw;
 use crate::model::Kernels;
 use crate::model::{Policy, Sampling};
-use crate::pool::{Engine, Engines, fresh_groups};
+use crate::pool::{Engines, Versioned, fresh_groups};
 use crate::rollout::{Episode, Stream};
 use crate::text::ChatFormat;
-use crate::train::training_draw;
 
-/// Weights with the number of updates they have had.
-#[derive(Debug)]
-pub struct Weights<B: Kernels> {
-    /// The policy.
-    pub policy: Policy<B>,
-    /// Its version.
-    pub version: u64,
-}
+/// A policy with the number of updates it has had.
+pub type Weights<B> = Versioned<Policy<B>>;
 
 /// The newest weights, and the stale engines' weights when there are any.
 pub type Published<B> = (Arc<Weights<B>>, Option<Arc<Weights<B>>>);
@@ -129,12 +123,12 @@ impl<B: Kernels> Replicas<B> {
                 Some(copy) => Arc::clone(copy),
                 None => {
                     let started = Instant::now();
-                    let policy = weights.policy.clone().to_device(&self.device);
+                    let policy = weights.weights.clone().to_device(&self.device);
                     board
                         .sync_nanos
                         .fetch_add(nanos_since(started), Ordering::Relaxed);
-                    Arc::new(Weights {
-                        policy,
+                    Arc::new(Versioned {
+                        weights: policy,
                         version: weights.version,
                     })
                 }
@@ -212,14 +206,8 @@ impl<B: Kernels> Worker<B> {
                 stream.admit(&vec![spec; group_size]);
             }
             let engines = Engines {
-                fresh: Engine {
-                    policy: &fresh.policy,
-                    version: fresh.version,
-                },
-                stale: stale.as_ref().map(|s| Engine {
-                    policy: &s.policy,
-                    version: s.version,
-                }),
+                fresh: fresh.borrowed(),
+                stale: stale.as_ref().map(|s| s.borrowed()),
                 cross_policy: self.spec.pool.cross_policy,
             };
             for episode in stream.turn(&engines, &mut rng) {
@@ -246,9 +234,10 @@ pub struct Collector {
 }
 
 /// Why no batch came.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Starved {
     /// Every worker stopped (one panicked, or the queue was closed).
+    #[error("every rollout worker stopped (one panicked, or the queue of episodes was closed)")]
     WorkersGone,
 }
 
@@ -285,7 +274,7 @@ impl Collector {
             let (members, dropped) = fresh_groups(
                 members,
                 |e| e.spec.group,
-                |e| &e.turn_versions,
+                |e| e.turns.iter().map(|turn| turn.version).collect::<Vec<_>>(),
                 fresh_version,
                 max_staleness,
             );

@@ -560,10 +560,11 @@ fn outcome_difference(recorded: &Trajectory, episode: &Episode, running: bool) -
             "final status differs: recorded {:?}, replayed {:?}",
             recorded.status, episode.status
         ))
-    } else if episode.reward != recorded.reward {
+    } else if episode.reward() != recorded.reward {
         Some(format!(
             "episode reward differs: recorded {}, replayed {}",
-            recorded.reward, episode.reward
+            recorded.reward,
+            episode.reward()
         ))
     } else if episode.success != recorded.success {
         Some(format!(
@@ -636,9 +637,7 @@ impl PolicyChecks<'_> {
         let len = transcript.tokens.len();
         // The agent positions of each turn, in order.
         let mut positions = Vec::new();
-        let mut agent = (0..len).filter(|&j| transcript.agent_mask[j]);
-        for (k, &n) in self.episode.turn_tokens.iter().enumerate() {
-            let taken: Vec<usize> = agent.by_ref().take(n).collect();
+        for (k, taken) in self.episode.reply_positions().into_iter().enumerate() {
             if turns.contains(&k) {
                 positions.extend(taken.into_iter().map(|j| (k, j)));
             }

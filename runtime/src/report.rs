@@ -22,7 +22,7 @@ use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 use serde_json::Value;
 
-use crate::metrics::{Record, RlRecord, TaskStats};
+use crate::metrics::{EvalPoint, Record, RlRecord, TaskStats};
 use crate::spec::Decoding;
 
 /// Why a report could not be written. Each says which file and what is wrong with it.
@@ -103,7 +103,7 @@ pub fn write(run_dir: &Path) -> Result<PathBuf, ReportError> {
 /// One evaluation line of `metrics.jsonl`, borrowed.
 struct EvalView<'a> {
     step: u64,
-    label: &'a str,
+    label: EvalPoint,
     decoding: Decoding,
     tasks: &'a BTreeMap<String, TaskStats>,
     success: f64,
@@ -179,7 +179,7 @@ impl Run {
                 success_ci,
             } => Some(EvalView {
                 step: *step,
-                label,
+                label: *label,
                 decoding: *decoding,
                 tasks,
                 success: *success,
@@ -205,7 +205,7 @@ impl Run {
     /// The evaluation after the warm-up with `decoding`.
     fn warmup_eval(&self, decoding: Decoding) -> Option<EvalView<'_>> {
         self.evals()
-            .find(|e| e.decoding == decoding && e.label == "warmup")
+            .find(|e| e.decoding == decoding && e.label == EvalPoint::Warmup)
     }
 
     /// Every task named by a record, in name order.
@@ -417,7 +417,7 @@ impl Run {
             );
             return;
         };
-        if first.label == "final" {
+        if first.label == EvalPoint::Final {
             let _ = writeln!(md, "## Final evaluation (step {})\n", first.step);
         } else {
             let _ = writeln!(
@@ -466,7 +466,7 @@ impl Run {
             .decodings()
             .into_iter()
             .filter_map(|d| Some((self.warmup_eval(d)?, self.last_eval(d)?)))
-            .filter(|(before, after)| after.label != "warmup" && before.step <= after.step)
+            .filter(|(before, after)| after.label != EvalPoint::Warmup && before.step <= after.step)
             .collect();
         if pairs.is_empty() {
             return;

@@ -37,7 +37,10 @@ pub struct EpisodeSpec {
     pub group: usize,
 }
 
-/// A finished episode: the token transcript and what it earned.
+/// A finished episode: the token transcript, and each agent turn with what it earned.
+///
+/// Rollout makes it and nothing edits it afterwards: what training derives from it (a KL
+/// penalty on the reward, Monte-Carlo values of its turns) lives beside it.
 #[derive(Clone, Debug)]
 pub struct Episode {
     /// What was played.
@@ -46,27 +49,66 @@ pub struct Episode {
     pub transcript: Transcript,
     /// Behaviour log-probability of each token (0 where the agent mask is false).
     pub logprobs: Vec<f32>,
-    /// Sum of the turn rewards.
-    pub reward: f32,
-    /// The reward of each agent turn, in order (0 for a turn that earned nothing).
-    pub turn_rewards: Vec<f32>,
-    /// The agent tokens of each turn, in order; they sum to the transcript's agent tokens.
-    pub turn_tokens: Vec<usize>,
-    /// Monte-Carlo credit: the estimated value of the state each turn started from (0 where
-    /// none was estimated), filled in by the trainer; empty otherwise.
-    pub turn_values: Vec<f32>,
-    /// The version of the policy that generated each turn (cross-policy sampling mixes them).
-    pub turn_versions: Vec<u64>,
-    /// What the environment answered each agent turn, in order (the parser's error for a
-    /// reply that is no call), including an observation the context could not hold: the
-    /// transcript alone cannot give back the text, and a recorded trajectory needs it.
-    pub turn_steps: Vec<Step>,
+    /// The agent turns, in order.
+    pub turns: Vec<Turn>,
     /// Whether the environment judged the episode solved.
     pub success: bool,
-    /// Agent turns taken.
-    pub turns: u32,
     /// How it ended.
     pub status: Status,
+}
+
+/// One agent turn: the reply the policy generated, and the environment's answer.
+#[derive(Clone, Debug)]
+pub struct Turn {
+    /// Agent tokens of the reply; the turns' counts sum to the transcript's agent tokens
+    /// (unless the context cut the transcript, which then is empty).
+    pub tokens: usize,
+    /// The version of the policy that generated it (cross-policy sampling mixes them).
+    pub version: u64,
+    /// What the environment answered (the parser's error for a reply that is no call),
+    /// including an observation the context could not hold: the transcript alone cannot give
+    /// back the text, and a recorded trajectory needs it.
+    pub step: Step,
+}
+
+impl Turn {
+    /// The turn's reward.
+    pub fn reward(&self) -> f32 {
+        self.step.reward
+    }
+}
+
+impl Episode {
+    /// The sum of the turn rewards, added in turn order.
+    pub fn reward(&self) -> f32 {
+        self.turns.iter().fold(0.0, |sum, turn| sum + turn.reward())
+    }
+
+    /// Agent turns taken.
+    pub fn turn_count(&self) -> u32 {
+        self.turns.len() as u32
+    }
+
+    /// The reward of each turn, in order.
+    pub fn turn_rewards(&self) -> Vec<f32> {
+        self.turns.iter().map(Turn::reward).collect()
+    }
+
+    /// The agent tokens of each turn, in order.
+    pub fn turn_tokens(&self) -> Vec<usize> {
+        self.turns.iter().map(|turn| turn.tokens).collect()
+    }
+
+    /// The transcript positions of each turn's reply, in turn order: turn `k`'s reply is the
+    /// next `turns[k].tokens` agent positions. The one place turns map to token positions.
+    pub fn reply_positions(&self) -> Vec<Vec<usize>> {
+        let mask = &self.transcript.agent_mask;
+        let mut agent = (0..mask.len()).filter(|&j| mask[j]);
+        self.turns
+            .iter()
+            .map(|turn| agent.by_ref().take(turn.tokens).collect())
+            .collect()
+    }
 }
 
 /// Plays `specs` to the end with `policy`, all episodes batched together, their environments
@@ -169,13 +211,7 @@ pub fn continue_forks<B: Kernels>(
     for (f, fork) in forks.iter().enumerate() {
         for &session in &fork.sessions {
             owner.push(f);
-            let mut episode = fork.state.clone();
-            episode.reward = 0.0;
-            episode.turn_rewards.clear();
-            episode.turn_tokens.clear();
-            episode.turn_versions.clear();
-            episode.turn_steps.clear();
-            episodes.push(episode);
+            episodes.push(fork.state.clone());
             sessions.push(Some(session));
         }
     }
@@ -189,10 +225,9 @@ pub fn continue_forks<B: Kernels>(
     turns.run(&mut episodes, &mut sessions, None, rng);
     let mut returns = vec![Vec::new(); forks.len()];
     for (f, episode) in owner.into_iter().zip(episodes) {
-        let ret = returns_to_go(&episode.turn_rewards, gamma)
-            .first()
-            .copied()
-            .unwrap_or(0.0);
+        // The turns after the snapshot are the continuation's.
+        let after = episode.turn_rewards().split_off(forks[f].boundary as usize);
+        let ret = returns_to_go(&after, gamma).first().copied().unwrap_or(0.0);
         returns[f].push(ret);
     }
     returns
@@ -322,14 +357,8 @@ pub(crate) fn start(
                 spec: *spec,
                 logprobs: vec![0.0; transcript.tokens.len()],
                 transcript,
-                reward: 0.0,
-                turn_rewards: Vec::new(),
-                turn_tokens: Vec::new(),
-                turn_values: Vec::new(),
-                turn_versions: Vec::new(),
-                turn_steps: Vec::new(),
+                turns: Vec::new(),
                 success: false,
-                turns: 0,
                 status,
             }
         })
@@ -451,7 +480,7 @@ impl<B: Kernels> Turns<'_, B> {
         rng: &mut impl Rng,
     ) -> Vec<Generation> {
         if picks.iter().all(|p| *p == Pick::Fresh) {
-            return generate(self.engines.fresh.policy, prompts, sampling, rng);
+            return generate(self.engines.fresh.weights, prompts, sampling, rng);
         }
         let mut out: Vec<Option<Generation>> = vec![None; prompts.len()];
         for pick in [Pick::Fresh, Pick::Stale] {
@@ -460,7 +489,7 @@ impl<B: Kernels> Turns<'_, B> {
                 continue;
             }
             let subset: Vec<Vec<u32>> = members.iter().map(|&i| prompts[i].clone()).collect();
-            let policy = self.engines.engine(pick).policy;
+            let policy = self.engines.engine(pick).weights;
             for (i, generation) in members
                 .into_iter()
                 .zip(generate(policy, &subset, sampling, rng))
@@ -483,8 +512,8 @@ fn snapshot(
     for (i, episode) in episodes.iter().enumerate() {
         // A running episode takes one turn between two calls, so it meets each boundary once.
         let due = episode.is_running()
-            && plan.boundaries.contains(&episode.turns)
-            && episode.turns < episode.spec.max_turns;
+            && plan.boundaries.contains(&episode.turn_count())
+            && episode.turn_count() < episode.spec.max_turns;
         let Some(id) = sessions[i].filter(|_| due) else {
             continue;
         };
@@ -495,7 +524,7 @@ fn snapshot(
         if !copies.is_empty() {
             forks.push(Fork {
                 episode: i,
-                boundary: episode.turns,
+                boundary: episode.turn_count(),
                 state: episode.clone(),
                 sessions: copies,
             });
@@ -581,17 +610,13 @@ impl Episode {
         step: Step,
         context: usize,
     ) -> TurnEnd {
-        self.turn_versions.push(version);
         chat.push_agent(&mut self.transcript, &generation.tokens);
         self.logprobs.extend_from_slice(&generation.logprobs);
-        self.turn_tokens.push(generation.tokens.len());
-        self.turns += 1;
-        self.reward += step.reward;
-        self.turn_rewards.push(step.reward);
+        let turns = self.turn_count() + 1;
         let end = if step.done() {
             self.status = step.status;
             TurnEnd::Environment
-        } else if self.turns >= self.spec.max_turns {
+        } else if turns >= self.spec.max_turns {
             self.status = Status::TaskLimitReached;
             TurnEnd::Runtime
         } else {
@@ -608,7 +633,11 @@ impl Episode {
                 TurnEnd::Running
             }
         };
-        self.turn_steps.push(step);
+        self.turns.push(Turn {
+            tokens: generation.tokens.len(),
+            version,
+            step,
+        });
         end
     }
 }

@@ -166,7 +166,8 @@ impl Drop for SharedWarmups {
 ///
 /// The key is the resolved experiment without what only RL reads (its name, the sweep, the
 /// algorithm but its `grad_clip`, which clips the warm-up's gradients too, the pool but its
-/// `placement`, and `train.steps`, `batch`, `lr`), plus the device and the task versions.
+/// `placement`, and `train.steps`, `batch`, `lr`: [`WarmupInputs`]), plus the device and the
+/// task versions.
 /// Leaving something out wrongly would share a warm-up that differs; keeping something in
 /// needlessly only trains a warm-up twice, so everything else stays in.
 pub fn key(
@@ -185,28 +186,120 @@ fn key_of(
     serde_json::to_string(&(spec_key, device, task_versions)).ok()
 }
 
-/// The experiment's part of [`key`].
+/// The experiment's part of [`key`]: its [`WarmupInputs`].
 fn spec_key(spec: &spec::Experiment) -> Option<String> {
-    if spec.train.warmup.is_none() || spec.train.checkpoint_every.is_some() {
-        return None;
-    }
-    let mut value = serde_json::to_value(spec).ok()?;
-    let object = value.as_object_mut()?;
-    for rl_only in ["name", "sweep"] {
-        object.remove(rl_only);
-    }
-    if let Some(algorithm) = object.get_mut("algorithm").and_then(|a| a.as_object_mut()) {
-        algorithm.retain(|key, _| key == "grad_clip");
-    }
-    if let Some(pool) = object.get_mut("pool").and_then(|p| p.as_object_mut()) {
-        pool.retain(|key, _| key == "placement");
-    }
-    if let Some(train) = object.get_mut("train").and_then(|t| t.as_object_mut()) {
-        for rl_only in ["steps", "batch", "lr"] {
-            train.remove(rl_only);
+    serde_json::to_string(&WarmupInputs::of(spec)?).ok()
+}
+
+/// Everything of an experiment its warm-up may read, borrowed from it. Every spec struct is
+/// destructured whole, without `..`, so a field added or renamed in the language is a compile
+/// error here until someone decides whether the warm-up reads it (if unsure, it does).
+#[derive(serde::Serialize)]
+struct WarmupInputs<'a> {
+    seed: u64,
+    device: &'a spec::Device,
+    model: &'a spec::Model,
+    tasks: &'a [spec::Task],
+    curriculum: &'a [spec::Stage],
+    /// The one algorithm key the warm-up reads: it clips the warm-up's gradients too.
+    grad_clip: Option<f64>,
+    /// Where the engines run: the only pool key that reaches the warm-up (its devices).
+    placement: &'a spec::Placement,
+    optimizer: &'a spec::Optimizer,
+    temperature: f64,
+    top_p: f64,
+    top_k: Option<usize>,
+    stop: &'a [String],
+    max_new_tokens: usize,
+    warmup: &'a spec::Warmup,
+    max_nonfinite_skips: u32,
+    eval: &'a spec::Eval,
+}
+
+impl<'a> WarmupInputs<'a> {
+    /// `None` when the run has no warm-up, or writes warm-up checkpoints of its own
+    /// (`checkpoint_every`), which hold its experiment and so cannot be shared.
+    fn of(spec: &'a spec::Experiment) -> Option<Self> {
+        let spec::Experiment {
+            name: _,
+            seed,
+            device,
+            model,
+            tasks,
+            curriculum,
+            algorithm,
+            pool,
+            train,
+            eval,
+            sweep: _,
+        } = spec;
+        let spec::Algorithm {
+            kind: _,
+            group_size: _,
+            clip: _,
+            dual_clip: _,
+            kl: _,
+            entropy: _,
+            advantage_norm: _,
+            aggregation: _,
+            sft: _,
+            sft_from: _,
+            is_cap: _,
+            filter: _,
+            negative_weight: _,
+            credit: _,
+            gamma: _,
+            lambda: _,
+            epochs: _,
+            grad_clip,
+            value_clip: _,
+            value_coef: _,
+        } = algorithm;
+        let spec::Pool {
+            engines: _,
+            stale: _,
+            refresh_every: _,
+            cross_policy: _,
+            max_staleness: _,
+            mode: _,
+            placement,
+        } = pool;
+        let spec::Train {
+            steps: _,
+            batch: _,
+            lr: _,
+            optimizer,
+            temperature,
+            top_p,
+            top_k,
+            stop,
+            max_new_tokens,
+            warmup,
+            checkpoint_every,
+            max_nonfinite_skips,
+        } = train;
+        if checkpoint_every.is_some() {
+            return None;
         }
+        Some(WarmupInputs {
+            seed: *seed,
+            device,
+            model,
+            tasks,
+            curriculum,
+            grad_clip: *grad_clip,
+            placement,
+            optimizer,
+            temperature: *temperature,
+            top_p: *top_p,
+            top_k: *top_k,
+            stop,
+            max_new_tokens: *max_new_tokens,
+            warmup: warmup.as_ref()?,
+            max_nonfinite_skips: *max_nonfinite_skips,
+            eval,
+        })
     }
-    serde_json::to_string(&value).ok()
 }
 
 /// Copies the files under `from` whose path relative to it `keep` accepts into `to`.

@@ -11,11 +11,13 @@
 //! and status. Instances are a pure function of the first five, so the line with the run
 //! directory's files pins the episode.
 
-use agentry_env::{Split, Status, Step};
+use agentry_env::{Split, Status};
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::EvalPoint;
 use crate::model::Sampling;
 use crate::rollout::Episode;
+use crate::spec::Decoding;
 use crate::text::{ChatFormat, Tokenizer};
 
 /// The folder of a run directory holding the recorded episodes.
@@ -90,18 +92,11 @@ pub struct Origin<'a> {
 impl Trajectory {
     /// The record of an evaluation episode, played by one policy (`origin.version`).
     pub fn of(episode: &Episode, chat: &ChatFormat, origin: &Origin<'_>) -> Self {
-        // Each turn's reply is the next `turn_tokens[k]` agent positions of the transcript.
-        let agent: Vec<usize> = (0..episode.transcript.tokens.len())
-            .filter(|&j| episode.transcript.agent_mask[j])
-            .collect();
-        let mut at = 0;
         let turns = episode
-            .turn_steps
+            .turns
             .iter()
-            .zip(&episode.turn_tokens)
-            .map(|(step, &n): (&Step, _)| {
-                let positions = agent.get(at..at + n).unwrap_or_default();
-                at += n;
+            .zip(episode.reply_positions())
+            .map(|(turn, positions)| {
                 let tokens: Vec<u32> = positions
                     .iter()
                     .map(|&j| episode.transcript.tokens[j])
@@ -110,9 +105,9 @@ impl Trajectory {
                     reply: chat.agent_text(&tokens),
                     logprobs: positions.iter().map(|&j| episode.logprobs[j]).collect(),
                     tokens,
-                    observation: step.observation.clone(),
-                    reward: step.reward,
-                    status: step.status,
+                    observation: turn.step.observation.clone(),
+                    reward: turn.step.reward,
+                    status: turn.step.status,
                 }
             })
             .collect::<Vec<_>>();
@@ -128,20 +123,24 @@ impl Trajectory {
             decoding: origin.sampling.clone(),
             policy_versions: vec![origin.version; turns.len()],
             turns,
-            reward: episode.reward,
+            reward: episode.reward(),
             success: episode.success,
             status: episode.status,
         }
     }
 }
 
-/// The file an evaluation's episodes go to, inside [`DIR`]: `LABEL.jsonl`, or for periodic
-/// evaluations `periodic-NNNNNN.jsonl` (by policy version, so each is kept).
-pub fn file_name(label: &str, version: u64) -> String {
-    match label.strip_prefix("periodic") {
-        // `periodic-sampled` at version 3: `periodic-000003-sampled.jsonl`.
-        Some(decoding) => format!("periodic-{version:06}{decoding}.jsonl"),
-        None => format!("{label}.jsonl"),
+/// The file an evaluation's episodes go to, inside [`DIR`]: `LABEL.jsonl` (`final.jsonl`,
+/// `warmup-sampled.jsonl`), or for periodic evaluations `periodic-NNNNNN.jsonl` (by policy
+/// version, so each is kept).
+pub fn file_name(point: EvalPoint, decoding: Decoding, version: u64) -> String {
+    let sampled = match decoding {
+        Decoding::Greedy => "",
+        Decoding::Sampled => "-sampled",
+    };
+    match point {
+        EvalPoint::Periodic => format!("periodic-{version:06}{sampled}.jsonl"),
+        point => format!("{point}{sampled}.jsonl"),
     }
 }
 
@@ -154,9 +153,34 @@ pub fn render(task: &str, episode: &Episode, tokenizer: &Tokenizer) -> String {
         episode.spec.index,
         episode.spec.difficulty,
         episode.success,
-        episode.reward,
-        episode.turns,
+        episode.reward(),
+        episode.turn_count(),
         episode.status,
         tokenizer.decode(&episode.transcript.tokens)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_evaluation_has_its_own_episodes_file() {
+        let name = |point, decoding, version| file_name(point, decoding, version);
+        assert_eq!(name(EvalPoint::Warmup, Decoding::Greedy, 0), "warmup.jsonl");
+        assert_eq!(
+            name(EvalPoint::Warmup, Decoding::Sampled, 0),
+            "warmup-sampled.jsonl"
+        );
+        assert_eq!(name(EvalPoint::Final, Decoding::Greedy, 40), "final.jsonl");
+        // Periodic evaluations are kept apart by the policy's version.
+        assert_eq!(
+            name(EvalPoint::Periodic, Decoding::Greedy, 3),
+            "periodic-000003.jsonl"
+        );
+        assert_eq!(
+            name(EvalPoint::Periodic, Decoding::Sampled, 12),
+            "periodic-000012-sampled.jsonl"
+        );
+    }
 }

@@ -120,10 +120,10 @@ fn a_panicking_environment_ends_only_its_episode() {
     for episode in &episodes {
         if episode.spec.task == 1 {
             assert_eq!(episode.status, Status::TaskError);
-            assert!(episode.transcript.is_empty() && episode.turns == 0);
+            assert!(episode.transcript.is_empty() && episode.turns.is_empty());
         } else {
             assert_ne!(episode.status, Status::TaskError);
-            assert!(episode.turns >= 1 && !episode.transcript.is_empty());
+            assert!(!episode.turns.is_empty() && !episode.transcript.is_empty());
         }
     }
     assert_eq!(controller.stats().panics, 4);
@@ -160,13 +160,19 @@ fn transcripts_never_exceed_the_context() {
         );
         assert_eq!(episode.transcript.len(), episode.logprobs.len());
         assert_eq!(episode.status, Status::TaskLimitReached);
-        assert!(episode.turns >= 1);
+        assert!(!episode.turns.is_empty());
         // Turn credit relies on the turns' token counts covering the agent tokens exactly.
-        let agent_tokens = episode.transcript.agent_mask.iter().filter(|m| **m).count();
-        assert_eq!(episode.turn_tokens.iter().sum::<usize>(), agent_tokens);
-        assert_eq!(episode.turn_tokens.len(), episode.turns as usize);
-        assert_eq!(episode.turn_rewards.len(), episode.turns as usize);
-        assert_eq!(episode.turn_rewards.iter().sum::<f32>(), episode.reward);
+        let agent: Vec<usize> = (0..episode.transcript.len())
+            .filter(|&j| episode.transcript.agent_mask[j])
+            .collect();
+        assert_eq!(episode.reply_positions().concat(), agent);
+        assert_eq!(episode.turn_tokens().iter().sum::<usize>(), agent.len());
+        let turn_rewards = episode.turn_rewards();
+        assert_eq!(turn_rewards.len(), episode.turns.len());
+        assert_eq!(
+            turn_rewards.iter().fold(0.0, |a, r| a + r),
+            episode.reward()
+        );
     }
     assert_eq!(controller.stats().live_sessions, 0);
 
@@ -184,7 +190,7 @@ fn transcripts_never_exceed_the_context() {
     for episode in &episodes {
         assert!(episode.transcript.is_empty() && episode.logprobs.is_empty());
         assert_eq!(
-            (episode.status, episode.turns),
+            (episode.status, episode.turns.len()),
             (Status::TaskLimitReached, 0)
         );
     }
@@ -263,7 +269,7 @@ fn snapshots_are_taken_at_their_boundaries_and_their_continuations_end_every_ses
     // Every episode at the start; after turn 2, those that went on to a third turn.
     let places: Vec<(usize, u32)> = forks.iter().map(|f| (f.episode, f.boundary)).collect();
     let went_on: Vec<(usize, u32)> = (0..8)
-        .filter(|&i| episodes[i].turns == 3)
+        .filter(|&i| episodes[i].turns.len() == 3)
         .map(|i| (i, 2))
         .collect();
     assert_eq!(went_on.len(), 8, "every episode runs to its limit");
@@ -296,11 +302,11 @@ fn cross_policy_sampling_records_each_turns_engine_and_its_log_probabilities() {
     let controller = Controller::new(ControllerConfig::default()).unwrap();
     let engines = |cross_policy: f64| Engines {
         fresh: Engine {
-            policy: &fresh,
+            weights: &fresh,
             version: 7,
         },
         stale: Some(Engine {
-            policy: &stale,
+            weights: &stale,
             version: 5,
         }),
         cross_policy,
@@ -324,14 +330,14 @@ fn cross_policy_sampling_records_each_turns_engine_and_its_log_probabilities() {
     let versions = |episodes: &[agentry_runtime::rollout::Episode]| -> Vec<u64> {
         episodes
             .iter()
-            .flat_map(|e| e.turn_versions.clone())
+            .flat_map(|e| e.turns.iter().map(|turn| turn.version))
             .collect()
     };
     assert!(versions(&play_with(0.0, 3)).iter().all(|v| *v == 7));
     assert!(versions(&play_with(1.0, 3)).iter().all(|v| *v == 5));
     let episodes = play_with(0.5, 3);
     let mixed = versions(&episodes);
-    let turns: usize = episodes.iter().map(|e| e.turns as usize).sum();
+    let turns: usize = episodes.iter().map(|e| e.turns.len()).sum();
     assert_eq!(mixed.len(), turns);
     let stale_turns = mixed.iter().filter(|v| **v == 5).count();
     assert!(
@@ -341,7 +347,8 @@ fn cross_policy_sampling_records_each_turns_engine_and_its_log_probabilities() {
     assert!(
         episodes
             .iter()
-            .any(|e| e.turn_versions.contains(&5) && e.turn_versions.contains(&7)),
+            .any(|e| e.turns.iter().any(|t| t.version == 5)
+                && e.turns.iter().any(|t| t.version == 7)),
         "some trajectory mixes versions"
     );
     // Each turn's tokens carry the log-probabilities of the engine that generated them.
@@ -368,17 +375,13 @@ fn cross_policy_sampling_records_each_turns_engine_and_its_log_probabilities() {
             by_fresh != by_stale,
             "the engines differ, so the check can fail"
         );
-        let agent: Vec<usize> = (1..tokens.len())
-            .filter(|&j| episode.transcript.agent_mask[j])
-            .collect();
-        let mut at = agent.into_iter();
-        for (turn, &n) in episode.turn_tokens.iter().enumerate() {
-            let scores = if episode.turn_versions[turn] == 7 {
+        for (turn, positions) in episode.reply_positions().into_iter().enumerate() {
+            let scores = if episode.turns[turn].version == 7 {
                 &by_fresh
             } else {
                 &by_stale
             };
-            for j in at.by_ref().take(n) {
+            for j in positions {
                 let (recorded, scored) = (episode.logprobs[j], scores[j - 1]);
                 assert!(
                     (recorded - scored).abs() < 1e-4,

@@ -1,0 +1,212 @@
+//! Evaluation on fixed held-out instances, at the points of a run [`EvalPoint`] names.
+
+use agentry_dsl::spec::{self, Decoding};
+use burn::module::AutodiffModule;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::Trainer;
+use super::prepare::task_stats;
+use crate::checkpoint::Phase;
+use crate::curriculum::env_split;
+use crate::error::RunError;
+use crate::metrics::{EvalPoint, Evaluation, Record, wilson};
+use crate::model::TrainBackend;
+use crate::rollout::{Episode, EpisodeSpec, play};
+use crate::trajectory::{self, Origin, render};
+
+impl<B: TrainBackend> Trainer<B> {
+    /// Success on `eval.episodes` fixed instances of each task, with each decoding
+    /// `eval.decoding` asks for: greedy first, then sampled at the training settings. Each
+    /// decoding writes its `Record::Eval` line and its samples file (`samples-LABEL.txt` for
+    /// greedy, `samples-LABEL-sampled.txt` for sampled).
+    pub(super) fn evaluate(&mut self, step: u64, point: EvalPoint) -> Result<Evaluated, RunError> {
+        let eval = self.spec.eval.clone();
+        let mut specs = Vec::new();
+        for (t, task) in self.spec.tasks.iter().enumerate() {
+            let levels = task.difficulty.max - task.difficulty.min + 1;
+            for i in 0..eval.episodes {
+                specs.push(EpisodeSpec {
+                    task: t,
+                    split: env_split(eval.split),
+                    difficulty: task.difficulty.min + (i % usize::from(levels)) as u8,
+                    index: i as u64,
+                    max_turns: task.max_turns,
+                    group: specs.len(),
+                });
+            }
+        }
+        let task_names: Vec<&str> = self.spec.tasks.iter().map(|t| t.name.as_str()).collect();
+        let mut done = Vec::new();
+        for &decoding in eval.decoding.each() {
+            // Evaluation draws from its own stream, one per decoding, so evaluating (and
+            // whether it samples) does not change training; greedy keeps stream 0.
+            let mut rng = ChaCha8Rng::seed_from_u64(self.spec.seed ^ 0x5eed_e7a1);
+            let greedy = match decoding {
+                Decoding::Greedy => true,
+                Decoding::Sampled => {
+                    rng.set_stream(1);
+                    false
+                }
+            };
+            let episodes = play(
+                &self.state.policy.valid(),
+                &self.chat,
+                &self.tasks,
+                &self.controller,
+                &specs,
+                &self.sampling(greedy),
+                self.context,
+                &mut rng,
+            );
+            self.write_samples(point, decoding, &episodes)?;
+            let tasks = task_stats(&task_names, &episodes);
+            let success =
+                tasks.values().map(|s| s.success).sum::<f64>() / tasks.len().max(1) as f64;
+            let solved = episodes.iter().filter(|e| e.success).count();
+            let success_ci = wilson(solved, episodes.len());
+            self.run_dir.record(&Record::Eval {
+                step,
+                label: point,
+                decoding,
+                tasks: tasks.clone(),
+                success,
+                success_ci,
+            })?;
+            done.push((
+                decoding,
+                Evaluation {
+                    tasks,
+                    success,
+                    success_ci,
+                },
+            ));
+        }
+        Ok(Evaluated::of(done))
+    }
+
+    /// Writes the first episodes of each task as readable transcripts, `samples-LABEL.txt`,
+    /// and every episode as a replayable line of `episodes/` ([`crate::trajectory`]).
+    ///
+    /// Evaluation episodes are played by the policy as it stands: its version is the RL steps
+    /// done (0 for the warm-up's evaluation, whose weights RL starts from).
+    fn write_samples(
+        &self,
+        point: EvalPoint,
+        decoding: Decoding,
+        episodes: &[Episode],
+    ) -> Result<(), RunError> {
+        let mut text = String::new();
+        for (t, task) in self.spec.tasks.iter().enumerate() {
+            for episode in episodes.iter().filter(|e| e.spec.task == t).take(4) {
+                text.push_str(&render(&task.name, episode, self.chat.tokenizer()));
+                text.push('\n');
+            }
+        }
+        let label = match decoding {
+            Decoding::Greedy => point.name().to_string(),
+            Decoding::Sampled => format!("{}-sampled", point.name()),
+        };
+        let path = self.run_dir.path().join(format!("samples-{label}.txt"));
+        std::fs::write(&path, text).map_err(RunError::io(path))?;
+
+        let version = match self.state.phase {
+            Phase::Rl { step } => step,
+            Phase::Warmup { .. } => 0,
+        };
+        let sampling = self.sampling(decoding == Decoding::Greedy);
+        let mut lines = String::new();
+        for episode in episodes {
+            let task = &self.spec.tasks[episode.spec.task].name;
+            let origin = Origin {
+                task,
+                task_version: self.task_versions.get(task).map_or("", String::as_str),
+                evaluation: &label,
+                context: self.context,
+                sampling: &sampling,
+                version,
+            };
+            let line =
+                serde_json::to_string(&trajectory::Trajectory::of(episode, &self.chat, &origin))
+                    .map_err(|e| RunError::Io {
+                        path: self.run_dir.path().join(trajectory::DIR),
+                        source: std::io::Error::other(e.to_string()),
+                    })?;
+            lines.push_str(&line);
+            lines.push('\n');
+        }
+        let dir = self.run_dir.path().join(trajectory::DIR);
+        std::fs::create_dir_all(&dir).map_err(RunError::io(&dir))?;
+        let path = dir.join(trajectory::file_name(point, decoding, version));
+        std::fs::write(&path, lines).map_err(RunError::io(path))
+    }
+
+    /// Whether `eval.every` falls on RL step `step`.
+    pub(super) fn periodic_eval_due(&self, step: u64) -> bool {
+        self.spec
+            .eval
+            .every
+            .is_some_and(|every| step.is_multiple_of(every))
+    }
+}
+
+/// The name of the split evaluations run on, for the progress lines.
+pub(super) fn split_name(split: spec::Split) -> &'static str {
+    match split {
+        spec::Split::Train => "train",
+        spec::Split::Test => "held-out",
+    }
+}
+
+/// The evaluations of one point of a run: the first decoding `eval.decoding` asks for (greedy,
+/// the headline number, unless only sampled is asked) and, with `both`, the sampled one.
+#[derive(Clone, Debug)]
+pub(super) struct Evaluated {
+    /// The first decoding's evaluation.
+    pub first: Evaluation,
+    /// Which decoding `first` is.
+    pub first_decoding: Decoding,
+    /// The sampled evaluation, when it followed a greedy one.
+    pub sampled: Option<Evaluation>,
+}
+
+impl Evaluated {
+    /// From the evaluations in the order they ran (at least one: `EvalDecoding::each` is never
+    /// empty).
+    fn of(done: Vec<(Decoding, Evaluation)>) -> Self {
+        let mut done = done.into_iter();
+        let (first_decoding, first) = done.next().expect("every eval.decoding has a decoding");
+        Evaluated {
+            first,
+            first_decoding,
+            sampled: done.next().map(|(_, e)| e),
+        }
+    }
+
+    /// The summary line: each decoding's success with its interval, greedy first.
+    pub fn describe(&self) -> String {
+        let mut line = format!("{} {}", describe(&self.first), self.first_decoding.name());
+        if let Some(sampled) = &self.sampled {
+            line.push_str(&format!(
+                ", {} {}",
+                describe(sampled),
+                Decoding::Sampled.name()
+            ));
+        }
+        line
+    }
+}
+
+fn describe(evaluation: &Evaluation) -> String {
+    let per_task: Vec<String> = evaluation
+        .tasks
+        .iter()
+        .map(|(name, s)| format!("{name} {:.2}", s.success))
+        .collect();
+    let [low, high] = evaluation.success_ci;
+    format!(
+        "{:.3} [95% CI {low:.3}, {high:.3}] ({})",
+        evaluation.success,
+        per_task.join(", ")
+    )
+}

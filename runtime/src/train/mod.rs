@@ -1,0 +1,545 @@
+//! The training loop: supervised warm-up on oracle demonstrations, then RL.
+//!
+//! A run is set up once ([`setup`]), then goes step by step: an [`EpisodeSource`] plays (or
+//! collects) the step's episodes, [`prepare`] turns them into what the update trains on, the
+//! update changes the weights ([`update`]), the source hands the new weights to the engines,
+//! and the step is recorded, checkpointed and evaluated ([`eval`]) when due. Everything a run
+//! mutates is one [`RunState`] ([`state`]), which is exactly what a checkpoint holds; its RNG
+//! fixes the order of random draws, so the whole run is fixed by the experiment's seed.
+
+mod eval;
+mod prepare;
+mod setup;
+mod source;
+mod state;
+mod update;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentry_dsl::spec::{self, Device};
+use agentry_dsl::{Checked, OverrideError};
+use agentry_env::TaskGenerator;
+use agentry_env::controller::Controller;
+use burn::module::{AutodiffModule, Module};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+
+use crate::checkpoint::{Checkpoint, Phase};
+use crate::curriculum::Curriculum;
+use crate::device::{self, OnBackend};
+use crate::error::RunError;
+use crate::experiment::Experiment;
+use crate::metrics::{EvalPoint, Progress, Record, RlRecord, RunDir};
+use crate::model::{Sampling, TrainBackend};
+use crate::shared_warmup::SharedWarmups;
+use crate::text::{ChatFormat, Transcript};
+use eval::split_name;
+use source::{Asynchronous, EpisodeSource, Synchronous, refresh_stale};
+use state::{Critic, Identity, RunState};
+
+pub use crate::metrics::Evaluation;
+pub use setup::TOKENIZER_VOCAB;
+pub use update::{LENGTH_BUCKET, score_in_buckets};
+
+/// How to run an experiment, beyond what its file says.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Overrides the file's `device`; it picks where the run goes and changes nothing in the
+    /// spec, so no rule of the checker reads it.
+    pub device: Option<Device>,
+    /// Overrides `train.steps`, through the checker's rules ([`RunOptions::overridden`]).
+    pub steps: Option<u64>,
+    /// Root of run directories (`runs` by default).
+    pub out: PathBuf,
+    /// No progress bar (lines are still printed).
+    pub quiet: bool,
+    /// Resume from this run directory's latest checkpoint, or from this checkpoint file: the
+    /// run goes on in its own directory, from the step after the checkpoint.
+    pub resume: Option<PathBuf>,
+    /// Warm-ups to share with the other runs of this invocation ([`crate::shared_warmup`]):
+    /// a run whose warm-up is kept there starts from it, and a run that trains one keeps it.
+    pub shared_warmups: Option<Arc<SharedWarmups>>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            device: None,
+            steps: None,
+            out: PathBuf::from("runs"),
+            quiet: false,
+            resume: None,
+            shared_warmups: None,
+        }
+    }
+}
+
+impl RunOptions {
+    /// `spec` with the overrides of the file (`steps`) applied, re-checked by the rules that
+    /// read them, so that `--steps` cannot skip a rule such as a curriculum stage's
+    /// `until <= steps`. Every entry point applies it before any work.
+    pub fn overridden(
+        &self,
+        spec: Checked<spec::Experiment>,
+    ) -> Result<Checked<spec::Experiment>, OverrideError> {
+        match self.steps {
+            Some(steps) => spec.with_steps(steps),
+            None => Ok(spec),
+        }
+    }
+}
+
+/// What a finished run reports (`summary.json`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RunSummary {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// The device the run used.
+    pub device: String,
+    /// CPU threads of flex's kernels (and the host side of any device).
+    pub cpu_threads: usize,
+    /// Evaluation after the supervised warm-up (before any RL), when there was a warm-up:
+    /// greedy, or sampled when `eval.decoding = sampled`.
+    pub after_warmup: Option<Evaluation>,
+    /// The sampled evaluation after the warm-up, when `eval.decoding = both`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_warmup_sampled: Option<Evaluation>,
+    /// Evaluation at the end of RL: greedy, or sampled when `eval.decoding = sampled`.
+    pub after_rl: Evaluation,
+    /// The sampled evaluation at the end of RL, when `eval.decoding = both`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_rl_sampled: Option<Evaluation>,
+    /// RL steps run.
+    pub steps: u64,
+    /// RL steps skipped because every advantage was zero.
+    pub skipped_steps: u64,
+    /// The run whose warm-up this one started from, when it shared one
+    /// ([`crate::shared_warmup`]); its own warm-up would have been the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_from: Option<PathBuf>,
+}
+
+/// Runs an experiment to the end: warm-up, RL, evaluations, run directory.
+///
+/// The device is `options.device`, else the file's `device`, with `auto` resolved by
+/// [`device::resolve`].
+pub fn run(experiment: &dyn Experiment, options: &RunOptions) -> Result<RunSummary, RunError> {
+    run_configuration(experiment, options, spec::Sweep::base_label())
+}
+
+/// Runs an experiment as configuration `config` of its sweep ([`crate::sweep`]): the same as
+/// [`run`], with the label recorded in the run directory (`config.json`) and, for any
+/// configuration but `base`, in its path. `experiment.spec()` is the configuration's own
+/// experiment, its seed set.
+pub fn run_configuration(
+    experiment: &dyn Experiment,
+    options: &RunOptions,
+    config: &str,
+) -> Result<RunSummary, RunError> {
+    let mut job = Job::new(experiment, options, config)?;
+    let device = device::resolve(options.device.unwrap_or(job.spec.device));
+    job.device_name = device::name(device).to_string();
+    device::dispatch(device, job)?
+}
+
+/// Runs an experiment on a backend and device chosen by the caller (for example the wgpu
+/// adapter of kind CPU), ignoring the file's `device`.
+pub fn run_on<B: TrainBackend>(
+    experiment: &dyn Experiment,
+    options: &RunOptions,
+    device: B::Device,
+) -> Result<RunSummary, RunError> {
+    let mut job = Job::new(experiment, options, spec::Sweep::base_label())?;
+    job.device_name = format!("{device:?}");
+    job.run::<B>(device)
+}
+
+/// [`run_on`] with the rollout engines on `engines` (disaggregated placement, overriding the
+/// file's `placement`): asynchronous worker `i` generates on `engines[i % engines.len()]`, the
+/// trainer trains on `trainer`, and each new version of the weights is copied across.
+pub fn run_on_devices<B: TrainBackend>(
+    experiment: &dyn Experiment,
+    options: &RunOptions,
+    trainer: B::Device,
+    engines: Vec<B::Device>,
+) -> Result<RunSummary, RunError> {
+    let mut job = Job::new(experiment, options, spec::Sweep::base_label())?;
+    if engines.is_empty() || job.spec.pool.mode != spec::PoolMode::Async {
+        return Err(RunError::Unsupported(
+            "engines on their own devices need `pool { mode = async }` and at least one device"
+                .to_string(),
+        ));
+    }
+    job.device_name = format!("{trainer:?}, engines on {engines:?}");
+    Trainer::<B>::new(job, trainer, Some(engines))?.run()
+}
+
+/// Rejects, before any work, what the file may declare but this runtime cannot run yet.
+fn unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
+    let refuse = |what: &str| Err(RunError::Unsupported(what.to_string()));
+    let monte_carlo = matches!(spec.algorithm.credit, spec::Credit::MonteCarlo { .. });
+    if spec.pool.mode == spec::PoolMode::Async && monte_carlo {
+        return refuse(
+            "Monte-Carlo credit with `pool.mode = async` is not implemented yet: its \
+             continuations run in synchronous steps; use `mode = sync`",
+        );
+    }
+    Ok(())
+}
+
+struct Job {
+    spec: spec::Experiment,
+    tasks: Vec<Box<dyn TaskGenerator>>,
+    /// Each task's generator version, by task name: instances are a function of it.
+    task_versions: BTreeMap<String, String>,
+    /// The checkpoint to resume from, already matched against the experiment.
+    resume: Option<Checkpoint>,
+    options: RunOptions,
+    device_name: String,
+    /// The sweep configuration's label (`base` outside a sweep), for a fresh run directory.
+    config: String,
+}
+
+impl Job {
+    fn new(
+        experiment: &dyn Experiment,
+        options: &RunOptions,
+        config: &str,
+    ) -> Result<Self, RunError> {
+        let spec = options.overridden(experiment.spec())?.into_inner();
+        unsupported(&spec)?;
+        let tasks = crate::tasks::resolve(&|name| experiment.user_task(name), &spec)?;
+        let task_versions: BTreeMap<String, String> = spec
+            .tasks
+            .iter()
+            .zip(&tasks)
+            .map(|(task, generator)| (task.name.clone(), generator.version().to_string()))
+            .collect();
+        // A checkpoint is read and matched before any work, so a bad one costs nothing.
+        let resume = match &options.resume {
+            Some(path) => {
+                let checkpoint = Checkpoint::read(&Checkpoint::locate(path)?)?;
+                checkpoint.check_matches(&spec, &task_versions)?;
+                checkpoint.run_dir()?;
+                Some(checkpoint)
+            }
+            None => None,
+        };
+        Ok(Job {
+            spec,
+            tasks,
+            task_versions,
+            resume,
+            options: options.clone(),
+            device_name: String::new(),
+            config: config.to_string(),
+        })
+    }
+}
+
+impl OnBackend for Job {
+    type Output = Result<RunSummary, RunError>;
+
+    fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
+        Trainer::<B>::new(self, device, None)?.run()
+    }
+}
+
+/// A run as it goes: what setup fixed, and the state a checkpoint holds.
+struct Trainer<B: TrainBackend> {
+    spec: spec::Experiment,
+    device_name: String,
+    tasks: Arc<Vec<Box<dyn TaskGenerator>>>,
+    /// Steps the environments of every rollout in parallel, isolating failures.
+    controller: Arc<Controller>,
+    chat: ChatFormat,
+    context: usize,
+    demos: Vec<Transcript>,
+    /// Per task: oracle demonstrations drawn, and kept (they succeeded and fit the context).
+    demo_counts: Vec<(usize, usize)>,
+    curriculum: Curriculum,
+    device: B::Device,
+    options: RunOptions,
+    task_versions: BTreeMap<String, String>,
+    /// Disaggregated placement: the devices the rollout workers run on (empty: the trainer's).
+    engine_devices: Vec<B::Device>,
+    /// What the warm-up depends on, when another run may share it ([`SharedWarmups::key`]).
+    warmup_key: Option<String>,
+    /// The run whose shared warm-up this one started from.
+    warmup_from: Option<PathBuf>,
+    /// Everything the run mutates.
+    state: RunState<B>,
+    run_dir: RunDir,
+    /// The phase of the latest checkpoint written (or resumed from).
+    saved: Option<Phase>,
+}
+
+impl<B: TrainBackend> Trainer<B> {
+    fn run(mut self) -> Result<RunSummary, RunError> {
+        let out = Progress::new(0, "", true);
+        out.println(format!(
+            "experiment `{}` on {} | {} tasks | {} demonstrations | vocab {}",
+            self.spec.name,
+            self.device_name,
+            self.tasks.len(),
+            self.demos.len(),
+            self.chat.tokenizer().vocab_size()
+        ));
+        self.warm_up(&out)?;
+        let steps = self.spec.train.steps;
+        let Phase::Rl { step: done } = self.state.phase else {
+            unreachable!("the warm-up ends in the RL phase")
+        };
+        let out = Progress::new(steps, "rl", self.options.quiet);
+        out.update(done, String::new());
+        // A checkpoint is written before the evaluation of its step, so a run resumed there
+        // runs that evaluation (it was cut, or was the final one of a shorter run).
+        if done > 0 && done < steps && self.periodic_eval_due(done) {
+            let evaluation = self.evaluate(done, EvalPoint::Periodic)?;
+            out.println(format!("step {done}: success {}", evaluation.describe()));
+        }
+        match self.spec.pool.mode {
+            spec::PoolMode::Sync => {
+                refresh_stale(&mut self, done);
+                self.rl_steps(&mut Synchronous, done, steps, &out)?;
+            }
+            spec::PoolMode::Async => std::thread::scope(|scope| {
+                let mut source = Asynchronous::start(scope, &mut self, done);
+                let result = self.rl_steps(&mut source, done, steps, &out);
+                source.stop();
+                result
+            })?,
+        }
+        out.finish();
+        self.finish(steps, &out)
+    }
+
+    /// RL steps `done + 1 ..= steps`, on episodes from `source`.
+    fn rl_steps(
+        &mut self,
+        source: &mut impl EpisodeSource<B>,
+        done: u64,
+        steps: u64,
+        out: &Progress,
+    ) -> Result<(), RunError> {
+        for step in done + 1..=steps {
+            let collected = source.collect(self, step)?;
+            let mut record = self.learn(step, collected)?;
+            source.publish(self, step, &mut record);
+            self.finish_step(step, steps, record, out)?;
+        }
+        Ok(())
+    }
+
+    /// The warm-up, when the run has one and has not done it, with its evaluation; then what
+    /// RL starts from: the KL reference, a separate critic, a checkpoint.
+    fn warm_up(&mut self, out: &Progress) -> Result<(), RunError> {
+        if self.spec.train.warmup.is_some() {
+            for line in self.unteachable_tasks() {
+                out.println(line);
+            }
+        }
+        let mut warmed_up = false;
+        if let (Some(warmup), Phase::Warmup { step: done }) =
+            (self.spec.train.warmup, self.state.phase)
+        {
+            self.warmup(&warmup, done)?;
+            let evaluation = self.evaluate(0, EvalPoint::Warmup)?;
+            out.println(format!(
+                "after SFT warm-up: {} success {}",
+                split_name(self.spec.eval.split),
+                evaluation.describe()
+            ));
+            self.state.after_warmup = Some(evaluation);
+            self.state.phase = Phase::Rl { step: 0 };
+            warmed_up = true;
+            if let (Some(warmups), Some(key)) =
+                (self.options.shared_warmups.clone(), &self.warmup_key)
+            {
+                let key = key.clone();
+                let run_dir = self.run_dir.path().to_path_buf();
+                warmups.keep(&key, &run_dir, |dir| self.save_checkpoint(dir))?;
+            }
+        } else if let (Some(from), Some(evaluation)) = (&self.warmup_from, &self.state.after_warmup)
+        {
+            out.println(format!(
+                "after SFT warm-up: {} success {} (the warm-up of {}: the same computation, \
+                 shared)",
+                split_name(self.spec.eval.split),
+                evaluation.describe(),
+                from.display()
+            ));
+        }
+        // The KL reference is the policy as RL starts; a resumed run has it from its checkpoint.
+        if self.spec.algorithm.kl.estimator.is_some() && self.state.reference.is_none() {
+            self.state.reference = Some(self.state.policy.valid());
+        }
+        // So is a separate critic: a copy of the policy (after the warm-up) with a value head.
+        if self.separate_critic() && self.state.critic.is_none() {
+            self.state.critic = Some(Critic::fresh(
+                &self.state.policy,
+                &self.spec.train.optimizer,
+            ));
+        }
+        if warmed_up && self.spec.train.checkpoint_every.is_some() {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// The end of a run: the last checkpoint, the final evaluation, the weights, the summary
+    /// and the report.
+    fn finish(mut self, steps: u64, out: &Progress) -> Result<RunSummary, RunError> {
+        // The last checkpoint is taken before the final evaluation: a longer run resumed from
+        // it goes on as if this one had not ended.
+        if self.saved != Some(self.state.phase) {
+            self.checkpoint()?;
+        }
+        let after_rl = self.evaluate(steps, EvalPoint::Final)?;
+        out.println(format!(
+            "after RL ({steps} steps): {} success {}",
+            split_name(self.spec.eval.split),
+            after_rl.describe()
+        ));
+        self.save_weights("policy")?;
+        let after_warmup = self.state.after_warmup.clone();
+        let summary = RunSummary {
+            run_dir: self.run_dir.path().to_path_buf(),
+            device: self.device_name.clone(),
+            cpu_threads: device::cpu_threads(),
+            after_warmup_sampled: after_warmup.as_ref().and_then(|e| e.sampled.clone()),
+            after_warmup: after_warmup.map(|e| e.first),
+            after_rl_sampled: after_rl.sampled,
+            after_rl: after_rl.first,
+            steps,
+            skipped_steps: self.state.skipped,
+            warmup_from: self.warmup_from.clone(),
+        };
+        self.run_dir.write_json("summary.json", &summary)?;
+        let report = crate::report::write(self.run_dir.path())?;
+        out.println(format!("report: {}", report.display()));
+        out.println(format!("run directory: {}", summary.run_dir.display()));
+        Ok(summary)
+    }
+
+    /// Episodes per group, and groups per RL batch.
+    fn batch_shape(&self) -> (usize, usize) {
+        let group_size = self.spec.algorithm.group_size.max(1);
+        (group_size, (self.spec.train.batch / group_size).max(1))
+    }
+
+    /// What follows every RL step's update: the stability monitor, the progress line, the
+    /// metrics record, and the checkpoint and periodic evaluation when due.
+    fn finish_step(
+        &mut self,
+        step: u64,
+        steps: u64,
+        mut record: RlRecord,
+        out: &Progress,
+    ) -> Result<(), RunError> {
+        self.state.skipped += u64::from(record.skipped);
+        let (alerts, started) = self.state.monitor.observe(&record.signals());
+        record.alerts = alerts;
+        for message in started {
+            out.println(format!("warning: {message}"));
+        }
+        let mut line = format!(
+            "success {:.2} | return {:.2} | loss {:+.4} | entropy {:.2}",
+            record.success, record.mean_return, record.loss, record.entropy
+        );
+        if let (Some(value), Some(ev)) = (record.value_loss, record.explained_variance) {
+            line.push_str(&format!(" | value {value:.4} | ev {ev:+.2}"));
+        }
+        out.update(step, line);
+        self.run_dir.record(&Record::Rl(Box::new(record)))?;
+        self.state.phase = Phase::Rl { step };
+        if self.checkpoint_due(step) {
+            self.checkpoint()?;
+        }
+        if step < steps && self.periodic_eval_due(step) {
+            let evaluation = self.evaluate(step, EvalPoint::Periodic)?;
+            out.println(format!("step {step}: success {}", evaluation.describe()));
+        }
+        Ok(())
+    }
+
+    /// A warning for each task the warm-up drew demonstrations of but keeps none: its oracle
+    /// episodes do not fit the context (or the turn budget), so the warm-up cannot teach it,
+    /// which would otherwise show only as a task stuck at zero.
+    fn unteachable_tasks(&self) -> Vec<String> {
+        self.spec
+            .tasks
+            .iter()
+            .zip(&self.demo_counts)
+            .filter(|(_, (drawn, kept))| *drawn > 0 && *kept == 0)
+            .map(|(task, (drawn, _))| {
+                format!(
+                    "warning: task `{}`: none of its {drawn} oracle demonstrations fits in the \
+                     context ({} tokens) within its turn budget ({} turns), so the warm-up \
+                     cannot teach it; raise the model's `context` or the task's `max_turns`",
+                    task.name, self.context, task.max_turns
+                )
+            })
+            .collect()
+    }
+
+    fn sampling(&self, greedy: bool) -> Sampling {
+        let train = &self.spec.train;
+        Sampling {
+            temperature: train.temperature as f32,
+            top_p: train.top_p as f32,
+            top_k: train.top_k,
+            max_new_tokens: train.max_new_tokens,
+            stop: vec![self.chat.end_token()],
+            stop_sequences: train
+                .stop
+                .iter()
+                .map(|s| self.chat.tokenizer().encode(s))
+                .collect(),
+            greedy,
+        }
+    }
+
+    /// Whether `checkpoint_every` falls on `step` (warm-up and RL steps count separately).
+    fn checkpoint_due(&self, step: u64) -> bool {
+        self.spec
+            .train
+            .checkpoint_every
+            .is_some_and(|every| step.is_multiple_of(every))
+    }
+
+    /// Writes a checkpoint of where the run stands (see [`crate::checkpoint`]).
+    fn checkpoint(&mut self) -> Result<(), RunError> {
+        let run_dir = self.run_dir.path().to_path_buf();
+        self.save_checkpoint(&run_dir)?;
+        self.saved = Some(self.state.phase);
+        Ok(())
+    }
+
+    /// Writes a checkpoint of where the run stands into `dir/checkpoints/`; returns its path.
+    fn save_checkpoint(&mut self, dir: &Path) -> Result<PathBuf, RunError> {
+        let identity = Identity {
+            spec: &self.spec,
+            task_versions: &self.task_versions,
+            tokenizer: self.chat.tokenizer(),
+            metrics_len: self.run_dir.metrics_len()?,
+        };
+        self.state.save(dir, identity)
+    }
+
+    fn save_weights(&self, name: &str) -> Result<(), RunError> {
+        let path = self.run_dir.path().join(name);
+        self.state
+            .policy
+            .clone()
+            .save_file(
+                path.clone(),
+                &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+            )
+            .map_err(|e| RunError::Io {
+                path,
+                source: std::io::Error::other(e.to_string()),
+            })
+    }
+}

@@ -1,0 +1,221 @@
+//! Setting a run up: the model and tokenizer (built, or loaded from a Hugging Face checkpoint),
+//! the oracle demonstrations, the state (fresh, resumed from a checkpoint, or taken from a
+//! warm-up another run shared) and the run directory.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agentry_dsl::spec::{self, ValueHead};
+use agentry_env::controller::{Controller, ControllerConfig};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::state::RunState;
+use super::{Job, Trainer};
+use crate::checkpoint::Checkpoint;
+use crate::curriculum::{Curriculum, training_draw};
+use crate::device;
+use crate::error::RunError;
+use crate::metrics::{RunConfig, RunDir};
+use crate::model::hf::{HfCheckpoint, ModelType};
+use crate::model::{Kernels, PolicyConfig, TrainBackend};
+use crate::rollout::{EpisodeSpec, demonstration, oracle_text};
+use crate::text::{ChatFormat, Tokenizer, Transcript};
+
+/// Largest tokenizer vocabulary trained for a from-scratch policy.
+pub const TOKENIZER_VOCAB: usize = 2048;
+
+/// Oracle episodes the tokenizer is trained on when there is no warm-up (with one, its
+/// `demonstrations`). The runtime's own choice, not a key of the language.
+const TOKENIZER_EPISODES_WITHOUT_WARMUP: usize = 64;
+
+/// Where a run's policy and tokenizer come from.
+enum Loaded<'a, B: Kernels> {
+    /// `arch = transformer { ... }`: initialized from the seed, with a tokenizer trained on
+    /// the tasks' text.
+    Scratch(&'a spec::TransformerArch),
+    /// `arch = qwen2/llama { weights = ... }`: a Hugging Face checkpoint.
+    Checkpoint(Box<HfCheckpoint<B>>),
+}
+
+impl<B: TrainBackend> Trainer<B> {
+    /// `engine_devices` overrides the file's `placement` (see [`run_on_devices`]).
+    pub(super) fn new(
+        job: Job,
+        device: B::Device,
+        engine_devices: Option<Vec<B::Device>>,
+    ) -> Result<Self, RunError> {
+        let Job {
+            spec,
+            tasks,
+            task_versions,
+            resume,
+            options,
+            device_name,
+            config,
+        } = job;
+        // A Hugging Face checkpoint brings its policy and tokenizer; otherwise both are built.
+        let loaded = match &spec.model.arch {
+            spec::Arch::Transformer(arch) => Loaded::Scratch(arch),
+            spec::Arch::Qwen2 { weights } => Loaded::Checkpoint(Box::new(HfCheckpoint::load(
+                Path::new(weights),
+                ModelType::Qwen2,
+                &device,
+            )?)),
+            spec::Arch::Llama { weights } => Loaded::Checkpoint(Box::new(HfCheckpoint::load(
+                Path::new(weights),
+                ModelType::Llama,
+                &device,
+            )?)),
+        };
+        let context = match &loaded {
+            Loaded::Scratch(arch) => arch.context,
+            Loaded::Checkpoint(checkpoint) => checkpoint.policy.context,
+        };
+        let engine_devices = match engine_devices {
+            Some(devices) => devices,
+            None => device::engine_devices::<B::InnerBackend>(&device, &spec.pool.placement)?,
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+        let curriculum = Curriculum::new(&spec);
+
+        // The tokenizer is trained on the text of oracle episodes, so the words the policy
+        // needs are single tokens; the same episodes are the warm-up demonstrations.
+        let demo_count = spec
+            .train
+            .warmup
+            .map_or(TOKENIZER_EPISODES_WITHOUT_WARMUP, |w| w.demonstrations);
+        let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
+            .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
+            .collect();
+        let tokenizer = match (&resume, &loaded) {
+            // The weights were trained with the checkpoint's tokenizer (ours or the model's).
+            (Some(resume), _) => resume.tokenizer().clone(),
+            (None, Loaded::Checkpoint(checkpoint)) => checkpoint.tokenizer.clone(),
+            (None, Loaded::Scratch(_)) => {
+                let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
+                for draw in &demo_draws {
+                    let mut env =
+                        tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
+                    corpus.extend(oracle_text(env.as_mut(), draw.max_turns));
+                }
+                Tokenizer::train(corpus.iter().map(String::as_str), TOKENIZER_VOCAB)
+            }
+        };
+        let chat = ChatFormat::new(tokenizer);
+        // Per task: demonstrations drawn, and those that succeeded and fit in the context.
+        let mut demo_counts = vec![(0, 0); tasks.len()];
+        let demos: Vec<Transcript> = demo_draws
+            .iter()
+            .filter_map(|draw| {
+                let mut env = tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
+                let demo = demonstration(&chat, env.as_mut(), draw.max_turns, context);
+                let (drawn, kept) = &mut demo_counts[draw.task];
+                *drawn += 1;
+                *kept += usize::from(demo.is_some());
+                demo
+            })
+            .collect();
+
+        B::seed(&device, spec.seed);
+        let mut policy = match loaded {
+            Loaded::Checkpoint(checkpoint) => checkpoint.policy,
+            Loaded::Scratch(arch) => {
+                PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device)
+            }
+        };
+        // A shared-trunk critic is part of the policy from the start, so the optimizer and
+        // every checkpoint cover it; the warm-up leaves it as it is (its loss never reads it).
+        if spec.model.value_head == ValueHead::Shared {
+            policy = policy.with_value_head();
+        }
+        let mut state = RunState::fresh(policy, &spec, rng);
+        // A warm-up another run of this invocation trained identically is taken as it ended,
+        // exactly as a resumed run takes its checkpoint.
+        let warmup_key = options
+            .shared_warmups
+            .as_ref()
+            .and_then(|warmups| warmups.key(&spec, &device_name, &task_versions));
+        let shared = match (&resume, &options.shared_warmups, &warmup_key) {
+            (None, Some(warmups), Some(key)) => warmups.get(key),
+            _ => None,
+        };
+        let shared_checkpoint = shared
+            .as_ref()
+            .map(|entry| Checkpoint::read(&entry.checkpoint))
+            .transpose()?;
+        if let Some(checkpoint) = resume.as_ref().or(shared_checkpoint.as_ref()) {
+            state = state.restore(checkpoint, &spec, &device)?;
+        }
+        let mut saved = None;
+        let run_dir = match &resume {
+            Some(checkpoint) => {
+                saved = Some(state.phase);
+                let (run_dir, superseded) =
+                    RunDir::reopen(&checkpoint.run_dir()?, checkpoint.metrics_len())?;
+                let mut note = format!(
+                    "resuming from {} ({})",
+                    checkpoint.path().display(),
+                    state.phase
+                );
+                if superseded > 0 {
+                    note.push_str(&format!(
+                        "; {superseded} bytes of metrics written after it moved to \
+                         metrics-superseded.jsonl"
+                    ));
+                }
+                println!("{note}");
+                run_dir
+            }
+            None => {
+                let mut run_dir = RunDir::create(
+                    &options.out,
+                    &RunConfig {
+                        experiment: spec.name.clone(),
+                        config,
+                        seed: spec.seed,
+                    },
+                )?;
+                // What the warm-up wrote, this run would have written the same.
+                if let Some(entry) = &shared {
+                    entry.copy_files_to(run_dir.path())?;
+                    run_dir.append_recorded(&entry.metrics()?)?;
+                }
+                run_dir
+            }
+        };
+        run_dir.write_json("experiment.json", &spec)?;
+        // Instances are a function of each generator's version; recording it makes every
+        // episode of the run replayable.
+        run_dir.write_json("task_versions.json", &task_versions)?;
+        chat.tokenizer()
+            .save(run_dir.path().join("tokenizer.json"))
+            .map_err(|e| RunError::Io {
+                path: run_dir.path().join("tokenizer.json"),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        let controller =
+            Arc::new(Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?);
+        let tasks = Arc::new(tasks);
+        Ok(Trainer {
+            controller,
+            context,
+            device_name,
+            spec,
+            tasks,
+            chat,
+            demos,
+            demo_counts,
+            curriculum,
+            device,
+            options,
+            task_versions,
+            engine_devices,
+            warmup_key,
+            warmup_from: shared.map(|entry| entry.trained_by),
+            state,
+            run_dir,
+            saved,
+        })
+    }
+}

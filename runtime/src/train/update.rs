@@ -1,0 +1,659 @@
+//! Updates of the weights: the supervised warm-up, and RL steps (batches, epochs, the critic).
+
+use burn::module::AutodiffModule;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use rand::Rng;
+
+use agentry_dsl::spec::{self, AlgorithmKind, KlPlacement, SftSource, ValueHead};
+
+use super::Trainer;
+use super::prepare::{self, AdvantageStats, Advantages, Example};
+use super::source::Collected;
+use crate::algo::loss::{PolicyLossConfig, kl_estimate, truncated_is_weights};
+use crate::algo::{PolicyLossInput, ValueStats, explained_variance, policy_loss, value_loss};
+use crate::checkpoint::Phase;
+use crate::error::RunError;
+use crate::metrics::{Progress, Record, RlRecord};
+use crate::model::{Kernels, Policy, Scores, TrainBackend, Want};
+use crate::optim::{Descent, descend};
+use crate::rollout::Episode;
+use crate::text::Transcript;
+
+/// Transcripts scored together in an RL update: sorted by length, so each bucket pads little.
+pub const LENGTH_BUCKET: usize = 8;
+
+impl<B: TrainBackend> Trainer<B> {
+    /// Behaviour cloning of the oracle demonstrations, from warm-up step `done + 1`.
+    pub(super) fn warmup(&mut self, warmup: &spec::Warmup, done: u64) -> Result<(), RunError> {
+        if self.demos.is_empty() {
+            return Err(RunError::NoDemonstrations);
+        }
+        let progress = Progress::new(warmup.steps, "sft", self.options.quiet);
+        progress.update(done, String::new());
+        for step in done + 1..=warmup.steps {
+            let batch: Vec<&Transcript> = (0..warmup.batch)
+                .map(|_| &self.demos[self.state.rng.random_range(0..self.demos.len())])
+                .collect();
+            let batch = self.padded::<B>(&batch);
+            let loss = batch.nll(&self.state.policy);
+            let descent = self.apply(loss, warmup.lr);
+            let record = match self.survive(descent, Update::Warmup { step })? {
+                Some(grad_norm) => {
+                    progress.update(step, format!("loss {:.4}", descent.loss()));
+                    Record::Sft {
+                        step,
+                        loss: descent.loss(),
+                        grad_norm,
+                        skipped_nonfinite: false,
+                    }
+                }
+                None => {
+                    progress.println(format!(
+                        "warning: warm-up step {step}: {}",
+                        self.skip_notice(descent)
+                    ));
+                    Record::Sft {
+                        step,
+                        loss: 0.0,
+                        grad_norm: 0.0,
+                        skipped_nonfinite: true,
+                    }
+                }
+            };
+            self.run_dir.record(&record)?;
+            self.state.phase = Phase::Warmup { step };
+            if self.checkpoint_due(step) {
+                self.checkpoint()?;
+            }
+        }
+        progress.finish();
+        Ok(())
+    }
+
+    /// RL step `step` on the episodes `collected` holds: the batch's statistics as played,
+    /// then [`prepare`] (KL penalty, staleness, filter, advantages), then the update.
+    pub(super) fn learn(&mut self, step: u64, collected: Collected) -> Result<RlRecord, RunError> {
+        let Collected {
+            episodes,
+            turn_values,
+            versioned,
+            record,
+        } = collected;
+        let algorithm = self.spec.algorithm.clone();
+        let task_names: Vec<&str> = self.spec.tasks.iter().map(|t| t.name.as_str()).collect();
+        let played = prepare::played(&task_names, &episodes);
+        let mut record = RlRecord {
+            step,
+            stage: self.curriculum.stage_name(step - 1).to_string(),
+            tasks: played.tasks,
+            sft_alpha: algorithm.sft.at(step - 1),
+            success: played.success,
+            mean_return: played.mean_return,
+            reward_std: played.reward_std,
+            flat_groups: played.flat_groups,
+            ..record
+        };
+        if let SftSource::Successes { keep } = algorithm.sft_from {
+            let solved = episodes
+                .iter()
+                .filter(|e| e.success && !e.transcript.tokens.is_empty());
+            let successes = &mut self.state.successes;
+            successes.extend(solved.map(|e| e.transcript.clone()));
+            let excess = successes.len().saturating_sub(keep);
+            successes.drain(..excess);
+            record.successes_kept = Some(successes.len());
+        }
+
+        let penalties = match algorithm.kl.placement {
+            KlPlacement::Reward => self.kl_penalties(&episodes),
+            KlPlacement::Loss => None,
+        };
+        let mut examples = prepare::credit(episodes, penalties.as_deref(), turn_values);
+        // Like the filter below, the staleness bound decides what is trained on; the success and
+        // return above describe every episode played.
+        if versioned {
+            let (kept, staleness) =
+                prepare::within_staleness(examples, step - 1, self.spec.pool.max_staleness);
+            examples = kept;
+            record.staleness = staleness.histogram;
+            record.stale_turns = Some(staleness.stale_turns);
+            record.dropped = Some(record.dropped.unwrap_or(0) + staleness.dropped);
+        }
+        let examples = prepare::filter_groups(examples, algorithm.filter);
+        record.groups_kept = prepare::groups(&examples);
+        // PPO: the critic's values at the rollout (no gradient), then GAE on them.
+        let old_values = match algorithm.kind {
+            AlgorithmKind::Ppo => Some(self.rollout_values(&examples)),
+            _ => None,
+        };
+        let Advantages {
+            advantages,
+            returns,
+        } = prepare::token_advantages(&algorithm, &examples, old_values.as_deref());
+        let stats = AdvantageStats::of(&advantages);
+        record.agent_tokens = stats.agent_tokens;
+        record.advantage_mean = stats.mean;
+        record.advantage_std = stats.std;
+        record.advantage_min = stats.min;
+        record.advantage_max = stats.max;
+        let critic_targets = match (&old_values, &returns) {
+            (Some(values), Some(returns)) => {
+                let (values, returns): (Vec<f32>, Vec<f32>) = (values.concat(), returns.concat());
+                record.explained_variance = Some(explained_variance(&returns, &values));
+                values != returns
+            }
+            _ => false,
+        };
+        if advantages.iter().flatten().all(|a| *a == 0.0) && !critic_targets {
+            record.skipped = true;
+            return Ok(record);
+        }
+        let targets = old_values
+            .zip(returns)
+            .map(|(values, returns)| ValueTargets { values, returns });
+        self.update(step, &examples, &advantages, targets, record)
+    }
+
+    /// The epochs of RL step `step`'s update on `examples`, with PPO's value `targets`.
+    fn update(
+        &mut self,
+        step: u64,
+        examples: &[Example],
+        advantages: &[Vec<f32>],
+        targets: Option<ValueTargets>,
+        mut record: RlRecord,
+    ) -> Result<RlRecord, RunError> {
+        let algorithm = self.spec.algorithm.clone();
+        let group_size = algorithm.group_size.max(1);
+        let update_started = std::time::Instant::now();
+        let episodes: Vec<&Episode> = examples.iter().map(|e| &e.episode).collect();
+        let batch = self.rl_tensors(&episodes, advantages);
+        let width = batch.width;
+        // `[n, width - 1]` tensors of the rollout values and the returns, for the value loss.
+        let value_targets = targets.map(|t| {
+            (
+                self.token_tensor::<B>(&episodes, &t.values, width),
+                self.token_tensor::<B>(&episodes, &t.returns, width),
+            )
+        });
+        let loss_config = PolicyLossConfig {
+            clip: algorithm.clip,
+            dual_clip: algorithm.dual_clip,
+            aggregation: algorithm.aggregation,
+            entropy_coef: algorithm.entropy,
+            kl: match (algorithm.kl.estimator, algorithm.kl.placement) {
+                (Some(estimator), KlPlacement::Loss) => Some((estimator, algorithm.kl.coef)),
+                _ => None,
+            },
+        };
+        let temperature = self.spec.train.temperature;
+        let ref_logprobs = match (&self.state.reference, loss_config.kl) {
+            (Some(reference), Some(_)) => Some(Tensor::from_inner(reference.scored_logprobs(
+                batch.tokens.clone().inner(),
+                &batch.scored,
+                temperature,
+            ))),
+            _ => None,
+        };
+        let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
+        let pad = self.chat.tokenizer().pad();
+        // Truncated importance sampling: the ratio is taken against the policy the update
+        // starts from, and each token weighed by how much likelier that policy finds it than
+        // the one that sampled it, capped.
+        let (old_logprobs, is_weights) = match algorithm.is_cap {
+            None => (batch.old_logprobs.clone(), None),
+            Some(cap) => {
+                let start = score_in_buckets(
+                    &self.state.policy.valid(),
+                    &transcripts,
+                    pad,
+                    width,
+                    temperature,
+                    Want::LogProbs,
+                )
+                .logprobs;
+                let start = Tensor::<B, 2>::from_inner(start);
+                let (weights, stats) = truncated_is_weights(
+                    start.clone(),
+                    batch.old_logprobs.clone(),
+                    batch.mask.clone(),
+                    cap,
+                );
+                record.is_weight = Some(stats.mean);
+                record.is_truncated = Some(stats.truncated);
+                (start, Some(weights))
+            }
+        };
+        // A shared trunk reads the values in the policy's own forward pass.
+        let shared = value_targets.is_some() && self.state.critic.is_none();
+        let want = if shared { Want::Both } else { Want::Policy };
+        for _ in 0..algorithm.epochs {
+            let scores = score_in_buckets(
+                &self.state.policy,
+                &transcripts,
+                pad,
+                width,
+                temperature,
+                want,
+            );
+            let (mut loss, stats) = policy_loss(
+                PolicyLossInput {
+                    logprobs: scores.logprobs,
+                    old_logprobs: old_logprobs.clone(),
+                    is_weights: is_weights.clone(),
+                    advantages: batch.advantages.clone(),
+                    mask: batch.mask.clone(),
+                    entropy: scores.entropy,
+                    ref_logprobs: ref_logprobs.clone(),
+                },
+                &loss_config,
+            );
+            if let (true, Some(values), Some((old, returns))) =
+                (shared, scores.values, &value_targets)
+            {
+                let (value, value_stats) = value_loss(
+                    values,
+                    old.clone(),
+                    returns.clone(),
+                    batch.mask.clone(),
+                    algorithm.value_clip,
+                );
+                loss = loss + value * algorithm.value_coef;
+                record.value_loss = Some(value_stats.loss);
+                record.value_clip_frac = Some(value_stats.clip_frac);
+            }
+            let pool: Vec<&Transcript> = match algorithm.sft_from {
+                SftSource::Oracle => self.demos.iter().collect(),
+                SftSource::Successes { .. } => self.state.successes.iter().collect(),
+            };
+            if record.sft_alpha > 0.0 && !pool.is_empty() {
+                let demos: Vec<&Transcript> = (0..group_size.max(4))
+                    .map(|_| pool[self.state.rng.random_range(0..pool.len())])
+                    .collect();
+                loss = loss + self.padded::<B>(&demos).nll(&self.state.policy) * record.sft_alpha;
+            }
+            let descent = self.apply(loss, self.spec.train.lr);
+            // A skipped update leaves the step's loss terms as they were (0 if no epoch ran).
+            let Some(grad_norm) = self.survive(descent, Update::Rl { step })? else {
+                record.skipped_nonfinite += 1;
+                continue;
+            };
+            record.loss = descent.loss();
+            record.policy_loss = stats.policy;
+            record.entropy = stats.entropy;
+            record.kl = stats.kl;
+            record.clip_low = stats.clip_low;
+            record.clip_high = stats.clip_high;
+            record.grad_norm = grad_norm;
+            if let (false, Some((old, returns))) = (shared, &value_targets) {
+                match self.critic_step(&transcripts, old, returns, &batch.mask, step)? {
+                    Some(stats) => {
+                        record.value_loss = Some(stats.loss);
+                        record.value_clip_frac = Some(stats.clip_frac);
+                    }
+                    None => record.skipped_nonfinite += 1,
+                }
+            }
+        }
+        record.update_seconds = update_started.elapsed().as_secs_f64();
+        Ok(record)
+    }
+
+    /// Backward, clip, optimizer step of the policy, unless the update is not finite
+    /// ([`descend`]).
+    fn apply(&mut self, loss: Tensor<B, 1>, lr: f64) -> Descent {
+        let (policy, descent) = descend(
+            self.state.policy.clone(),
+            &mut self.state.optimizer,
+            loss,
+            lr,
+            self.spec.algorithm.grad_clip,
+        );
+        self.state.policy = policy;
+        descent
+    }
+
+    /// Counts `descent` against `train.max_nonfinite_skips`: the gradient norm of an applied
+    /// update, `None` for a skipped one, or the error that ends the run once that many updates
+    /// in a row were skipped.
+    fn survive(&mut self, descent: Descent, at: Update) -> Result<Option<f32>, RunError> {
+        match descent {
+            Descent::Applied { grad_norm, .. } => {
+                self.state.nonfinite_streak = 0;
+                Ok(Some(grad_norm))
+            }
+            Descent::Skipped { loss, grad_norm } => {
+                self.state.nonfinite_streak += 1;
+                let limit = self.spec.train.max_nonfinite_skips;
+                if self.state.nonfinite_streak >= limit {
+                    return Err(RunError::NonFinite {
+                        skipped: self.state.nonfinite_streak,
+                        at: at.to_string(),
+                        loss,
+                        grad_norm,
+                    });
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// What a skipped update's warning says.
+    fn skip_notice(&self, descent: Descent) -> String {
+        let what = match descent {
+            Descent::Skipped {
+                grad_norm: Some(norm),
+                ..
+            } => format!("the gradient norm is {norm}"),
+            _ => format!("the loss is {}", descent.loss()),
+        };
+        format!(
+            "{what}; the update was skipped, weights and optimizer unchanged ({} in a row; the \
+             run stops at {}, `train.max_nonfinite_skips`)",
+            self.state.nonfinite_streak, self.spec.train.max_nonfinite_skips
+        )
+    }
+
+    /// `coef · KL` of each episode's agent tokens against the reference (the penalty on the
+    /// reward); `None` without a reference or estimator.
+    fn kl_penalties(&self, episodes: &[Episode]) -> Option<Vec<f32>> {
+        let reference = self.state.reference.as_ref()?;
+        let estimator = self.spec.algorithm.kl.estimator?;
+        let coef = self.spec.algorithm.kl.coef;
+        let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
+        let batch = self.padded::<B::InnerBackend>(&transcripts);
+        let ref_logprobs =
+            reference.scored_logprobs(batch.tokens, &batch.scored, self.spec.train.temperature);
+        let episodes: Vec<&Episode> = episodes.iter().collect();
+        let old = self.behaviour_logprobs::<B::InnerBackend>(&episodes, batch.width);
+        let kl = (kl_estimate(old, ref_logprobs, estimator) * batch.mask).sum_dim(1);
+        let kl = kl.into_data().into_vec::<f32>().unwrap_or_default();
+        Some(
+            kl.into_iter()
+                .map(|kl| (f64::from(kl) * coef) as f32)
+                .collect(),
+        )
+    }
+
+    /// The critic's values (the shared trunk's head, or the separate critic) of each example's
+    /// agent tokens, computed without a gradient before the update: PPO's `V_old`.
+    fn rollout_values(&self, examples: &[Example]) -> Vec<Vec<f32>> {
+        let critic = match &self.state.critic {
+            Some(critic) => critic.net.valid(),
+            None => self.state.policy.valid(),
+        };
+        let transcripts: Vec<&Transcript> =
+            examples.iter().map(|e| &e.episode.transcript).collect();
+        let width = Padded::<B::InnerBackend>::width(&transcripts);
+        let pad = self.chat.tokenizer().pad();
+        let values = score_in_buckets(&critic, &transcripts, pad, width, 1.0, Want::Values)
+            .values
+            .map(|v| v.into_data().into_vec::<f32>().unwrap_or_default())
+            .unwrap_or_default();
+        transcripts
+            .iter()
+            .enumerate()
+            .map(|(i, transcript)| {
+                predicted_agent(transcript, width)
+                    .enumerate()
+                    .filter(|(_, agent)| *agent)
+                    .map(|(p, _)| values.get(i * (width - 1) + p).copied().unwrap_or(0.0))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// One update of the separate critic on the clipped value loss, with its own optimizer at
+    /// the train learning rate and the algorithm's gradient clip; `None` when it was skipped as
+    /// not finite.
+    fn critic_step(
+        &mut self,
+        transcripts: &[&Transcript],
+        old_values: &Tensor<B, 2>,
+        returns: &Tensor<B, 2>,
+        mask: &Tensor<B, 2>,
+        step: u64,
+    ) -> Result<Option<ValueStats>, RunError> {
+        let pad = self.chat.tokenizer().pad();
+        let (lr, clip, grad_clip) = (
+            self.spec.train.lr,
+            self.spec.algorithm.value_clip,
+            self.spec.algorithm.grad_clip,
+        );
+        let Some(critic) = self.state.critic.as_mut() else {
+            return Err(RunError::Internal(
+                "PPO with a separate critic reached an update without its critic",
+            ));
+        };
+        let width = old_values.dims()[1] + 1;
+        let values = score_in_buckets(&critic.net, transcripts, pad, width, 1.0, Want::Values)
+            .values
+            .unwrap_or_else(|| Tensor::zeros(old_values.dims(), &self.device));
+        let (loss, stats) = value_loss(
+            values,
+            old_values.clone(),
+            returns.clone(),
+            mask.clone(),
+            clip,
+        );
+        let (net, descent) = descend(
+            critic.net.clone(),
+            &mut critic.optimizer,
+            loss,
+            lr,
+            grad_clip,
+        );
+        critic.net = net;
+        Ok(self
+            .survive(descent, Update::Critic { step })?
+            .map(|_| stats))
+    }
+
+    /// Whether this run trains a separate critic, which RL starts from a copy of the policy.
+    pub(super) fn separate_critic(&self) -> bool {
+        self.spec.model.value_head == ValueHead::Separate
+            && self.spec.algorithm.kind == AlgorithmKind::Ppo
+    }
+
+    /// Right-padded transcripts, with the agent mask of the predicted tokens.
+    fn padded<C: Kernels<Device = B::Device>>(&self, transcripts: &[&Transcript]) -> Padded<C> {
+        Padded::new(transcripts, self.chat.tokenizer().pad(), &self.device)
+    }
+
+    /// The log-probabilities the episodes' tokens were sampled with, `[n, width - 1]`.
+    fn behaviour_logprobs<C: Backend<Device = B::Device>>(
+        &self,
+        episodes: &[&Episode],
+        width: usize,
+    ) -> Tensor<C, 2> {
+        let old: Vec<f32> = episodes
+            .iter()
+            .flat_map(|e| (1..width).map(|j| e.logprobs.get(j).copied().unwrap_or(0.0)))
+            .collect();
+        Tensor::from_data(
+            TensorData::new(old, [episodes.len(), width - 1]),
+            &self.device,
+        )
+    }
+
+    /// Values given per agent token of each episode (in order), placed at their
+    /// predicted-token positions of a `[n, width - 1]` tensor, zero elsewhere.
+    fn token_tensor<C: Backend<Device = B::Device>>(
+        &self,
+        episodes: &[&Episode],
+        per_token: &[Vec<f32>],
+        width: usize,
+    ) -> Tensor<C, 2> {
+        let mut flat = Vec::with_capacity(episodes.len() * (width - 1));
+        for (episode, values) in episodes.iter().zip(per_token) {
+            let mut next = values.iter();
+            for agent in predicted_agent(&episode.transcript, width) {
+                flat.push(if agent {
+                    next.next().copied().unwrap_or(0.0)
+                } else {
+                    0.0
+                });
+            }
+        }
+        Tensor::from_data(
+            TensorData::new(flat, [episodes.len(), width - 1]),
+            &self.device,
+        )
+    }
+
+    fn rl_tensors(&self, episodes: &[&Episode], advantages: &[Vec<f32>]) -> RlBatch<B> {
+        let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
+        let padded = self.padded::<B>(&transcripts);
+        let width = padded.width;
+        RlBatch {
+            width,
+            old_logprobs: self.behaviour_logprobs(episodes, width),
+            advantages: self.token_tensor(episodes, advantages, width),
+            tokens: padded.tokens,
+            mask: padded.mask,
+            scored: padded.scored,
+        }
+    }
+}
+
+/// For each predicted position `1..width` of a transcript padded to `width`, whether the
+/// token there is the agent's: the one place agent tokens map to the rows of the loss
+/// tensors (`[n, width - 1]`, position `j` at column `j - 1`).
+fn predicted_agent(transcript: &Transcript, width: usize) -> impl Iterator<Item = bool> + '_ {
+    (1..width).map(|j| transcript.agent_mask.get(j).copied().unwrap_or(false))
+}
+
+/// PPO's critic targets, per example and agent token: the values at the rollout and the
+/// returns.
+struct ValueTargets {
+    values: Vec<Vec<f32>>,
+    returns: Vec<Vec<f32>>,
+}
+
+/// Which update a non-finite loss or gradient stopped the run at.
+#[derive(Clone, Copy, Debug)]
+enum Update {
+    /// A warm-up step.
+    Warmup { step: u64 },
+    /// The policy's update of an RL step.
+    Rl { step: u64 },
+    /// The separate critic's update of an RL step.
+    Critic { step: u64 },
+}
+
+impl std::fmt::Display for Update {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Update::Warmup { step } => write!(f, "warm-up step {step}"),
+            Update::Rl { step } => write!(f, "RL step {step}"),
+            Update::Critic { step } => write!(f, "the critic's update at RL step {step}"),
+        }
+    }
+}
+
+/// Right-padded transcripts `[n, width]` and which predicted tokens `[n, width - 1]` are the
+/// agent's, as a tensor (`mask`) and on the host (`scored`).
+struct Padded<B: Backend> {
+    tokens: Tensor<B, 2, Int>,
+    mask: Tensor<B, 2>,
+    scored: Vec<bool>,
+    width: usize,
+}
+
+impl<B: Kernels> Padded<B> {
+    /// The padded width of `transcripts`: the longest, at least 2.
+    fn width(transcripts: &[&Transcript]) -> usize {
+        transcripts
+            .iter()
+            .map(|t| t.tokens.len())
+            .max()
+            .unwrap_or(2)
+            .max(2)
+    }
+
+    fn new(transcripts: &[&Transcript], pad: u32, device: &B::Device) -> Self {
+        let width = Self::width(transcripts);
+        let mut tokens = Vec::with_capacity(transcripts.len() * width);
+        let mut scored = Vec::with_capacity(transcripts.len() * (width - 1));
+        for t in transcripts {
+            tokens.extend(t.tokens.iter().map(|&x| i64::from(x)));
+            tokens.extend(std::iter::repeat_n(i64::from(pad), width - t.tokens.len()));
+            scored.extend(predicted_agent(t, width));
+        }
+        let n = transcripts.len();
+        let mask: Vec<f32> = scored.iter().map(|&m| f32::from(u8::from(m))).collect();
+        Padded {
+            tokens: Tensor::from_data(TensorData::new(tokens, [n, width]), device),
+            mask: Tensor::from_data(TensorData::new(mask, [n, width - 1]), device),
+            scored,
+            width,
+        }
+    }
+
+    /// Mean negative log-likelihood of the agent tokens under `policy` (temperature 1): the
+    /// SFT loss.
+    fn nll(self, policy: &Policy<B>) -> Tensor<B, 1> {
+        let logprobs = policy.scored_logprobs(self.tokens, &self.scored, 1.0);
+        (logprobs * self.mask.clone()).sum().neg() / self.mask.sum().clamp_min(1.0)
+    }
+}
+
+/// [`Policy::score`] of `transcripts` (padded with `pad`), `[n, width - 1]` in their order
+/// (`width` at least the longest transcript), computed in buckets of [`LENGTH_BUCKET`]
+/// transcripts of similar length; the values (when wanted and the policy has a value head)
+/// come back in the same shape and order.
+///
+/// Attention costs grow with the square of the padded width, and RL transcripts vary in
+/// length (one turn or many), so padding each bucket only to its own longest transcript
+/// saves most of the work spent on padding. Padding never changes the scores of the real
+/// tokens before it, so the result equals scoring the whole batch at once.
+pub fn score_in_buckets<C: Kernels>(
+    policy: &Policy<C>,
+    transcripts: &[&Transcript],
+    pad: u32,
+    width: usize,
+    temperature: f64,
+    want: Want,
+) -> Scores<C> {
+    let device = policy.device();
+    let mut order: Vec<usize> = (0..transcripts.len()).collect();
+    order.sort_by_key(|&i| transcripts[i].tokens.len());
+    let (mut logprobs, mut entropies, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for bucket in order.chunks(LENGTH_BUCKET) {
+        let members: Vec<&Transcript> = bucket.iter().map(|&i| transcripts[i]).collect();
+        let padded = Padded::<C>::new(&members, pad, &device);
+        let scores = policy.score(padded.tokens, &padded.scored, temperature, want);
+        let widen = |t: Tensor<C, 2>| match width - padded.width {
+            0 => t,
+            extra => {
+                let zeros = Tensor::zeros([members.len(), extra], &device);
+                Tensor::cat(vec![t, zeros], 1)
+            }
+        };
+        logprobs.push(widen(scores.logprobs));
+        entropies.push(widen(scores.entropy));
+        values.extend(scores.values.map(widen));
+    }
+    let mut back = vec![0i64; order.len()];
+    for (row, &i) in order.iter().enumerate() {
+        back[i] = row as i64;
+    }
+    let back = Tensor::<C, 1, Int>::from_data(TensorData::new(back, [order.len()]), &device);
+    let restore = |parts: Vec<Tensor<C, 2>>| Tensor::cat(parts, 0).select(0, back.clone());
+    let has_values = !values.is_empty() && values.len() == logprobs.len();
+    Scores {
+        logprobs: restore(logprobs),
+        entropy: restore(entropies),
+        values: has_values.then(|| restore(values)),
+    }
+}
+
+struct RlBatch<B: Backend> {
+    width: usize,
+    tokens: Tensor<B, 2, Int>,
+    mask: Tensor<B, 2>,
+    scored: Vec<bool>,
+    old_logprobs: Tensor<B, 2>,
+    advantages: Tensor<B, 2>,
+}
