@@ -62,7 +62,8 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The runtime's options.
+    /// The runtime's options, with remote tasks connected over HTTP
+    /// ([`serve::HttpRemoteTasks`]), as `agentry run` and every recipe do.
     pub fn options(&self) -> RunOptions {
         RunOptions {
             device: self.device,
@@ -71,6 +72,7 @@ impl RunArgs {
             quiet: self.quiet,
             resume: self.resume.clone(),
             shared_warmups: None,
+            remote_tasks: Some(std::sync::Arc::new(serve::HttpRemoteTasks)),
         }
     }
 

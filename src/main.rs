@@ -213,7 +213,11 @@ fn main() -> ExitCode {
         }
         Command::Run { files, run } => finish(run_files(&files, &run)),
         Command::Replay { trajectory, device } => {
-            match agentry::replay::replay(&trajectory, device) {
+            match agentry::replay::replay(
+                &trajectory,
+                device,
+                Some(&agentry::serve::HttpRemoteTasks),
+            ) {
                 Ok(replay) => {
                     println!("{}", replay.header);
                     print!("{}", replay.transcript);

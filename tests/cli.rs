@@ -2,7 +2,8 @@
 
 use std::process::Command;
 
-/// Scratch directories and the metrics-without-timings reader, shared with the runtime's tests.
+/// Scratch directories and the readers of run directories (metrics, JSON files, listings),
+/// shared with the runtime's tests.
 #[path = "../runtime/tests/it/common.rs"]
 mod common;
 
@@ -14,14 +15,22 @@ fn agentry(args: &[&str]) -> std::process::Output {
         .expect("the agentry binary runs")
 }
 
+/// The standard output of a command that must have succeeded; if it failed, the test fails
+/// showing both its outputs.
+fn assert_success(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn check_accepts_every_recipe() {
     let out = agentry(&["check", "experiments/quickstart.arl"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "experiments/quickstart.arl: ok\n"
@@ -71,8 +80,7 @@ fn check_of_a_missing_file_is_an_error_not_a_panic() {
 #[test]
 fn expand_prints_the_generated_experiment_type() {
     let out = agentry(&["expand", "experiments/quickstart.arl"]);
-    assert!(out.status.success());
-    let code = String::from_utf8_lossy(&out.stdout);
+    let code = assert_success(&out);
     assert!(
         code.contains("impl ::agentry::Experiment for Quickstart"),
         "{code}"
@@ -266,8 +274,7 @@ fn help_says_where_they_listen_and_never_shows_the_token() {
         let out = agentry_with(&[command, "--help"], &[("AGENTRY_TOKEN", "hunter2-secret")])
             .output()
             .unwrap();
-        assert!(out.status.success());
-        let help = String::from_utf8_lossy(&out.stdout);
+        let help = assert_success(&out);
         for expected in [
             "[default: 127.0.0.1]",
             "--host 0.0.0.0",
@@ -435,27 +442,13 @@ experiment cli_replay {
         "--out",
         out.to_str().unwrap(),
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let run_dir = std::fs::read_dir(out.join("cli_replay"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    assert_success(&run);
+    let run_dir = common::run_dir_of(&out, "cli_replay");
     let episodes = run_dir.join("episodes/final.jsonl");
     let name = format!("{}:1", episodes.display());
 
     let replay = agentry(&["replay", &name]);
-    let stdout = String::from_utf8_lossy(&replay.stdout);
-    assert!(
-        replay.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&replay.stderr)
-    );
+    let stdout = assert_success(&replay);
     assert!(stdout.contains("== kg instance 0 difficulty 1"), "{stdout}");
     assert!(stdout.ends_with("verdict: identical\n"), "{stdout}");
 
@@ -531,9 +524,7 @@ fn report_regenerates_the_report_of_a_run_directory() {
     std::fs::write(dir.join("samples-periodic.txt"), "== kg instance 0\n").unwrap();
 
     let out = agentry(&["report", dir.to_str().unwrap()]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("report.md"));
+    assert!(assert_success(&out).contains("report.md"));
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     for needle in [
         "# Run report: `by_hand`",
@@ -600,10 +591,8 @@ fn run_dirs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 /// The `(overall success, success per task)` of the last `label` evaluation of a run.
 fn evaluation(run: &std::path::Path, label: &str) -> (f64, f64) {
-    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
-    let line = text
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    let line = common::metrics(run)
+        .into_iter()
         .rfind(|v| v["phase"] == "eval" && v["label"] == label)
         .unwrap();
     (
@@ -652,12 +641,7 @@ fn run_expands_a_sweep_and_compare_tabulates_it() {
     );
 
     let out = agentry(&["run", file, "--quiet", "--out", out_arg]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_success(&out);
     assert!(!stdout.contains("not expanded"), "{stdout}");
     assert!(
         stdout.contains("run 4/4: configuration `ablate.algorithm.entropy=0.01`, seed 2"),
@@ -671,9 +655,7 @@ fn run_expands_a_sweep_and_compare_tabulates_it() {
     let (ablated, base): (Vec<_>, Vec<_>) = runs.iter().partition(|r| r.starts_with(&ablation_dir));
     assert_eq!((ablated.len(), base.len()), (2, 2));
     for (i, run) in base.iter().chain(&ablated).enumerate() {
-        let config: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap())
-                .unwrap();
+        let config = common::json(&run.join("config.json"));
         let label = if i < 2 {
             "base"
         } else {
@@ -685,9 +667,7 @@ fn run_expands_a_sweep_and_compare_tabulates_it() {
         assert_eq!(config["experiment"], "tiny_sweep");
         let name = run.file_name().unwrap().to_str().unwrap();
         assert!(name.starts_with(&format!("seed{seed}-")), "{name}");
-        let spec: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(run.join("experiment.json")).unwrap())
-                .unwrap();
+        let spec = common::json(&run.join("experiment.json"));
         assert_eq!(spec["seed"], seed);
         assert!(
             stdout.contains(&format!("  {label} seed {seed}: {}", run.display())),
@@ -703,11 +683,7 @@ fn run_expands_a_sweep_and_compare_tabulates_it() {
         root.join("table.md").to_str().unwrap(),
     ]);
     let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     assert_eq!(
         std::fs::read_to_string(root.join("table.md")).unwrap(),
         table
@@ -752,11 +728,7 @@ fn run_expands_a_sweep_and_compare_tabulates_it() {
         "--seed",
         "2",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let runs = run_dirs(&part);
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert!(runs[0].starts_with(part.join("tiny_sweep/ablate.algorithm.entropy=0.01")));
@@ -806,11 +778,7 @@ fn resume_continues_one_configuration_of_a_sweep() {
     let out = agentry(&[
         "run", file, "--quiet", "--out", out_arg, "--config", label, "--seed", "2", "--steps", "1",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let runs = run_dirs(&root.join("runs"));
     assert_eq!(runs.len(), 1, "{runs:?}");
     // The whole sweep is selected, but the run directory's config.json names the one run.
@@ -821,12 +789,7 @@ fn resume_continues_one_configuration_of_a_sweep() {
         "--resume",
         runs[0].to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_success(&out);
     assert!(stdout.contains("resuming from"), "{stdout}");
     assert!(
         stdout.contains(&format!("  {label} seed 2: {}", runs[0].display())),
@@ -901,20 +864,13 @@ fn run_of_several_files_checks_them_all_first_and_shares_their_warmups() {
     );
 
     let out = agentry(&["run", one, two, "--quiet", "--out", out_arg]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_success(&out);
     let [first, second] = [
         run_dirs(&out_dir.join("one")),
         run_dirs(&out_dir.join("two")),
     ]
     .map(|mut runs| runs.pop().expect("one run each"));
-    let summary = |run: &std::path::Path| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
-    };
+    let summary = |run: &std::path::Path| common::json(&run.join("summary.json"));
     assert!(summary(&first).get("warmup_from").is_none());
     assert_eq!(summary(&second)["warmup_from"], first.to_str().unwrap());
     assert_eq!(
@@ -924,12 +880,7 @@ fn run_of_several_files_checks_them_all_first_and_shares_their_warmups() {
     );
     assert!(stdout.contains("(the warm-up of "), "{stdout}");
     // The shared warm-ups lived as long as the command.
-    let mut left: Vec<String> = std::fs::read_dir(&out_dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    left.sort();
-    assert_eq!(left, ["one", "two"]);
+    assert_eq!(common::entry_names(&out_dir), ["one", "two"]);
 }
 
 #[test]
@@ -964,12 +915,7 @@ fn run_warns_of_a_task_whose_demonstrations_never_fit_the_context() {
         "--out",
         out_dir.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = assert_success(&out);
     let warnings: Vec<&str> = stdout
         .lines()
         .filter(|l| l.starts_with("warning: task"))
@@ -1090,12 +1036,7 @@ fn a_seed_gives_the_same_run_with_one_rayon_thread_or_two() {
                     .env_remove("RAYON_NUM_THREADS"),
             };
             let out = command.output().expect("the agentry binary runs");
-            assert!(
-                out.status.success(),
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert_success(&out);
             let mut dirs = run_dirs(&out_dir);
             assert_eq!(dirs.len(), 1, "{dirs:?}");
             let dir = dirs.pop().unwrap();

@@ -1,14 +1,19 @@
-//! A `remote = "URL"` task of an experiment file resolves to a `RemoteTask` of the controller,
-//! and a controller that is not there is an error before any work.
+//! A `remote = "URL"` task of an experiment file resolves to a `RemoteTask` of the controller
+//! through the HTTP client the `agentry` crate supplies; a controller that is not there, or no
+//! client at all, is an error before any work.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentry::RunError;
 use agentry::env::Split;
-use agentry::serve::{ControllerConfig, WorkerConfig};
+use agentry::serve::{ControllerConfig, HttpRemoteTasks, WorkerConfig};
 
 fn spec(url: &str) -> agentry::spec::Experiment {
+    checked(url).into_inner()
+}
+
+fn checked(url: &str) -> agentry::dsl::Checked<agentry::spec::Experiment> {
     let source = format!(
         "experiment remote {{
     model policy {{ arch = transformer }}
@@ -17,9 +22,17 @@ fn spec(url: &str) -> agentry::spec::Experiment {
     train {{ steps = 10, batch = 8 }}
 }}"
     );
-    agentry::dsl::check(&source)
-        .unwrap_or_else(|d| panic!("{}", d.render("r.arl", &source)))
-        .into_inner()
+    agentry::dsl::check(&source).unwrap_or_else(|d| panic!("{}", d.render("r.arl", &source)))
+}
+
+/// A loopback address nothing listens on.
+fn closed_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}/api")
 }
 
 #[test]
@@ -35,7 +48,7 @@ fn a_remote_task_plays_through_the_controller() {
     let spec = spec(&controller.url());
     let deadline = Instant::now() + Duration::from_secs(20);
     let generators = loop {
-        match agentry::tasks::resolve(&|_| None, &spec) {
+        match agentry::tasks::resolve(&|_| None, Some(&HttpRemoteTasks), &spec) {
             Ok(generators) => break generators,
             Err(e) if Instant::now() > deadline => panic!("{e}"),
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
@@ -59,17 +72,46 @@ fn a_remote_task_plays_through_the_controller() {
 
 #[test]
 fn a_missing_controller_is_an_error_before_any_work() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let spec = spec(&format!("http://127.0.0.1:{port}/api"));
-    let Err(e) = agentry::tasks::resolve(&|_| None, &spec) else {
+    let spec = spec(&closed_url());
+    let Err(e) = agentry::tasks::resolve(&|_| None, Some(&HttpRemoteTasks), &spec) else {
         panic!("resolved a task with no controller");
     };
     assert!(matches!(e, RunError::Task { .. }), "{e}");
     let message = e.to_string();
     assert!(message.contains("remote task `kg-test`"), "{message}");
     assert!(message.contains("cannot reach the controller"), "{message}");
+}
+
+#[test]
+fn without_an_http_client_a_remote_task_is_an_error_that_says_how_to_supply_one() {
+    let Err(e) = agentry::tasks::resolve(&|_| None, None, &spec(&closed_url())) else {
+        panic!("resolved a remote task with no client");
+    };
+    assert!(matches!(e, RunError::Task { .. }), "{e}");
+    let message = e.to_string();
+    assert!(message.contains("remote task `kg-test`"), "{message}");
+    assert!(message.contains("need an HTTP client"), "{message}");
+    assert!(message.contains("RunOptions::remote_tasks"), "{message}");
+}
+
+/// What every recipe runs with (`agentry::main`): remote tasks are connected over HTTP, so a
+/// missing controller is the client's error, before any work.
+#[test]
+fn the_recipes_options_connect_remote_tasks_over_http() {
+    let out = std::env::temp_dir().join(format!("agentry-remote-options-{}", std::process::id()));
+    let args = agentry::RunArgs {
+        out: out.clone(),
+        quiet: true,
+        ..agentry::RunArgs::default()
+    };
+    let experiment = agentry::Interpreted(checked(&closed_url()));
+    let Err(e) = agentry::run(&experiment, &args.options()) else {
+        panic!("ran with no controller");
+    };
+    let message = e.to_string();
+    assert!(message.contains("cannot reach the controller"), "{message}");
+    assert!(
+        !out.exists(),
+        "a run directory was made before the tasks were connected"
+    );
 }

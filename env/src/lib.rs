@@ -139,3 +139,32 @@ pub trait TaskGenerator: Send + Sync {
         Vec::new()
     }
 }
+
+/// How an experiment's `remote = "URL"` tasks are reached: connects task `name` served at `url`
+/// and returns it as a [`TaskGenerator`].
+///
+/// The runtime resolves remote tasks only through this trait, so a training binary links an
+/// HTTP client only when its caller supplies one: `agentry-serve`'s `HttpRemoteTasks` (which
+/// the `agentry` crate's CLI and recipes pass) speaks AgentRL's controller protocol; a test
+/// can pass its own.
+pub trait RemoteTasks: Send + Sync {
+    /// Connects to task `name` at `url`, before any work: a server that is down or does not
+    /// know the task is an error here, not a failure in the middle of a run.
+    ///
+    /// # Errors
+    /// Whatever stops the connection, in words for the user (the runtime adds the task's name
+    /// and address).
+    fn connect(
+        &self,
+        url: &str,
+        name: &str,
+    ) -> Result<Box<dyn TaskGenerator>, Box<dyn std::error::Error + Send + Sync>>;
+}
+
+/// Options that hold a connector (`agentry_runtime::train::RunOptions`) derive `Debug`; the
+/// connector has no state worth printing, so it shows as its trait.
+impl std::fmt::Debug for dyn RemoteTasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("dyn RemoteTasks")
+    }
+}

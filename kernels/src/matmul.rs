@@ -461,8 +461,36 @@ pub fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: Threads) -> Vec<f32> {
     out
 }
 
+/// What the product tests of this module and of `stream` share: the operand layouts they run
+/// and the bit-for-bit comparison their thread-count checks make.
+#[cfg(test)]
+mod testing {
+    use super::MatRef;
+
+    /// The operand layouts every product test covers, as (left-hand side transposed,
+    /// right-hand side transposed): both row-major, then each side stored transposed (the
+    /// backward's and the tied head's views).
+    pub(super) const LAYOUTS: [(bool, bool); 3] = [(false, false), (true, false), (false, true)];
+
+    /// A `rows × cols` view of `data`: row-major, or when `transposed` the transpose of a
+    /// row-major `cols × rows` matrix (unit row stride).
+    pub(super) fn view(data: &[f32], rows: usize, cols: usize, transposed: bool) -> MatRef<'_> {
+        if transposed {
+            MatRef::row_major(data, cols, rows).t()
+        } else {
+            MatRef::row_major(data, rows, cols)
+        }
+    }
+
+    /// Whether two results are the same, bit for bit.
+    pub(super) fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::testing::{LAYOUTS, same_bits, view};
     use super::*;
 
     fn naive(a: MatRef<'_>, b: MatRef<'_>) -> Vec<f32> {
@@ -528,17 +556,8 @@ mod tests {
         for (i, &(m, k, n)) in shapes.iter().enumerate() {
             let a = noise(m * k, i as u64);
             let b = noise(k * n, 100 + i as u64);
-            for (ta, tb) in [(false, false), (true, false), (false, true)] {
-                let lhs = if ta {
-                    MatRef::row_major(&a, k, m).t()
-                } else {
-                    MatRef::row_major(&a, m, k)
-                };
-                let rhs = if tb {
-                    MatRef::row_major(&b, n, k).t()
-                } else {
-                    MatRef::row_major(&b, k, n)
-                };
+            for (ta, tb) in LAYOUTS {
+                let (lhs, rhs) = (view(&a, m, k, ta), view(&b, k, n, tb));
                 let one = product(lhs, rhs, Threads::One);
                 for threads in [2, 3] {
                     let pool = rayon::ThreadPoolBuilder::new()
@@ -547,9 +566,7 @@ mod tests {
                         .unwrap();
                     let many = pool.install(|| product(lhs, rhs, Threads::Pool));
                     assert!(
-                        one.iter()
-                            .zip(&many)
-                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        same_bits(&one, &many),
                         "{m}x{k}x{n} (transposed {ta}, {tb}) differs on {threads} threads"
                     );
                     let mut acc = noise(m * n, 7);
@@ -572,11 +589,7 @@ mod tests {
                             Threads::Pool,
                         )
                     });
-                    assert!(
-                        acc.iter()
-                            .zip(&expect)
-                            .all(|(x, y)| x.to_bits() == y.to_bits())
-                    );
+                    assert!(same_bits(&acc, &expect));
                 }
                 let naive = naive(lhs, rhs);
                 for (o, e) in one.iter().zip(&naive) {

@@ -39,6 +39,7 @@ use crate::model::TrainBackend;
 use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Generation, Policy, PolicyConfig, Sampling, generate};
 use crate::rollout::{Episode, EpisodeSpec, TurnEnd, failed, finish, reply_call, start, unparsed};
+use crate::tasks::RemoteTasks;
 use crate::text::{ChatFormat, Tokenizer};
 use crate::trajectory::{self, Trajectory, render};
 
@@ -186,12 +187,18 @@ impl Target {
     }
 }
 
-/// Replays the episode `name` (`FILE.jsonl:N`) on `device` (flex unless given).
-pub fn replay(name: &str, device: Option<Device>) -> Result<Replay, ReplayError> {
+/// Replays the episode `name` (`FILE.jsonl:N`) on `device` (flex unless given). `remote`
+/// connects the episode's task when it is a `remote = "URL"` one, as in the run
+/// ([`crate::train::RunOptions::remote_tasks`]); a replay of a built-in or user task needs none.
+pub fn replay(
+    name: &str,
+    device: Option<Device>,
+    remote: Option<&dyn RemoteTasks>,
+) -> Result<Replay, ReplayError> {
     let target = Target::parse(name)?;
     let recorded = target.read()?;
     let run = RunFiles::read(&target.run_dir()?)?;
-    let generator = run.generator(&recorded)?;
+    let generator = run.generator(&recorded, remote)?;
     let chat = ChatFormat::new(run.tokenizer.clone());
 
     let header = format!(
@@ -309,7 +316,11 @@ impl RunFiles {
     }
 
     /// The recorded task's generator, once its version is known to be the recorded one.
-    fn generator(&self, recorded: &Trajectory) -> Result<Box<dyn TaskGenerator>, ReplayError> {
+    fn generator(
+        &self,
+        recorded: &Trajectory,
+        remote: Option<&dyn RemoteTasks>,
+    ) -> Result<Box<dyn TaskGenerator>, ReplayError> {
         let task = self
             .spec
             .tasks
@@ -324,7 +335,7 @@ impl RunFiles {
         // Only this task is resolved: another task's Rust type or server is not needed.
         let mut one = self.spec.clone();
         one.tasks = vec![self.spec.tasks[task].clone()];
-        let generator = crate::tasks::resolve(&|_| None, &one)?.remove(0);
+        let generator = crate::tasks::resolve(&|_| None, remote, &one)?.remove(0);
         let run_version =
             self.task_versions
                 .get(&recorded.task)

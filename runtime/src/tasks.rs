@@ -1,6 +1,12 @@
 //! Resolves an experiment's tasks to environment generators.
+//!
+//! A `remote = "URL"` task is connected through a [`RemoteTasks`] the caller supplies
+//! ([`crate::train::RunOptions::remote_tasks`]): the runtime has no HTTP client of its own, so a
+//! training binary links one only when it asks for it (the `agentry` crate passes
+//! `agentry_serve::HttpRemoteTasks`).
 
 use agentry_dsl::spec::{BuiltinEnv, EnvRef, Experiment as Spec};
+pub use agentry_env::RemoteTasks;
 use agentry_env::TaskGenerator;
 
 use crate::error::RunError;
@@ -17,9 +23,11 @@ pub fn builtin(env: BuiltinEnv) -> Box<dyn TaskGenerator> {
 }
 
 /// One generator per task of the spec, in order; `user_task` gives the user's own types
-/// ([`crate::Experiment::user_task`]).
+/// ([`crate::Experiment::user_task`]), `remote` connects the remote ones (without it, a remote
+/// task is an error that says how to supply one).
 pub fn resolve(
     user_task: &dyn Fn(&str) -> Option<Box<dyn TaskGenerator>>,
+    remote: Option<&dyn RemoteTasks>,
     spec: &Spec,
 ) -> Result<Vec<Box<dyn TaskGenerator>>, RunError> {
     spec.tasks
@@ -28,12 +36,21 @@ pub fn resolve(
             EnvRef::Builtin(env) => Ok(builtin(*env)),
             // Connecting reads the task's indices, so a controller that is down or does not
             // know the task is an error before any work.
-            EnvRef::Remote { url, name } => agentry_serve::RemoteTask::connect(url, name)
-                .map(|task| Box::new(task) as Box<dyn TaskGenerator>)
-                .map_err(|e| RunError::Task {
+            EnvRef::Remote { url, name } => match remote {
+                Some(remote) => remote.connect(url, name).map_err(|e| RunError::Task {
                     task: task.name.clone(),
                     reason: format!("remote task `{name}` at {url}: {e}"),
                 }),
+                None => Err(RunError::Task {
+                    task: task.name.clone(),
+                    reason: format!(
+                        "remote task `{name}` at {url}: nothing to connect it with; remote \
+                         tasks need an HTTP client: run through the `agentry` crate (its CLI \
+                         and `agentry::main` supply one), or set `RunOptions::remote_tasks` \
+                         (e.g. to `agentry::serve::HttpRemoteTasks`)"
+                    ),
+                }),
+            },
             EnvRef::Path(path) => user_task(&task.name).ok_or_else(|| RunError::Task {
                 task: task.name.clone(),
                 reason: format!(

@@ -28,7 +28,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall, ToolSchema};
+use agentry_env::{
+    Environment, RemoteTasks, Reset, Split, Status, Step, TaskGenerator, ToolCall, ToolSchema,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -388,6 +390,23 @@ impl RemoteTask {
             history: Vec::new(),
             success: false,
         }
+    }
+}
+
+/// Remote tasks over HTTP: what the runtime connects an experiment's `remote = "URL"` tasks
+/// through (`RunOptions::remote_tasks`, supplied by the `agentry` crate's CLI and recipes). Each
+/// task is a [`RemoteTask`] of the controller at the URL ([`RemoteTask::connect`], so the token
+/// in `AGENTRY_TOKEN` is sent when set).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpRemoteTasks;
+
+impl RemoteTasks for HttpRemoteTasks {
+    fn connect(
+        &self,
+        url: &str,
+        name: &str,
+    ) -> Result<Box<dyn TaskGenerator>, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(Box::new(RemoteTask::connect(url, name)?))
     }
 }
 

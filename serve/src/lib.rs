@@ -7,7 +7,9 @@
 //! - the [`controller`] routes sessions from trainers and evaluators to the workers that
 //!   heartbeat to it, and interoperates with AgentRL's Python workers (`agentrl-worker`);
 //! - the [`client`] plays sessions through a controller, and [`client::RemoteTask`] turns a
-//!   remote task into a [`agentry_env::TaskGenerator`], so it can be trained on like a local one.
+//!   remote task into a [`agentry_env::TaskGenerator`], so it can be trained on like a local one
+//!   ([`HttpRemoteTasks`] is how the runtime reaches it: `agentry-runtime` itself has no HTTP
+//!   stack).
 //!
 //! [`protocol`] holds the wire format. Every body and status code follows AgentRL's HTTP
 //! transport as its Go controller and Python worker (agentrl-worker 0.4.0) implement it; the
@@ -30,7 +32,7 @@ mod server;
 pub mod worker;
 
 pub use auth::Token;
-pub use client::{ClientError, ControllerClient, RemoteEnv, RemoteTask};
+pub use client::{ClientError, ControllerClient, HttpRemoteTasks, RemoteEnv, RemoteTask};
 pub use controller::ControllerConfig;
 pub use server::Server;
 pub use worker::WorkerConfig;

@@ -13,13 +13,13 @@
 //! - a transposed one (the tied LM head, `x · Eᵀ` with `E: [vocab, d]`) as dot products of the
 //!   left-hand rows with `E`'s rows.
 //!
-//! Only for weights of at least 256 KiB, and only with AVX2 and FMA (detected at run time; the crate is compiled for the baseline
-//! x86-64); elsewhere the product goes to `gemm`. The sums run in a different order than
-//! `gemm`'s, so a decode step's logits may differ from a full forward pass's in the last bits
-//! (as they do between any two BLAS libraries); they do not depend on the thread count: a
-//! row-major weight is cut into slabs of rows whose partial sums are added in slab order, a
-//! transposed one into blocks of output columns, and each partial sum is computed by one thread
-//! in a fixed order.
+//! Only for weights of at least 256 KiB, and only with AVX2 and FMA (detected at run time; the
+//! crate is compiled for the baseline x86-64); elsewhere the product goes to `gemm`. The sums
+//! run in a different order than `gemm`'s, so a decode step's logits may differ from a full
+//! forward pass's in the last bits (as they do between any two BLAS libraries); they do not
+//! depend on the thread count: a row-major weight is cut into slabs of rows whose partial sums
+//! are added in slab order, a transposed one into blocks of output columns (each written in
+//! place, by one thread), and each partial sum is computed by one thread in a fixed order.
 
 use super::MatRef;
 
@@ -84,7 +84,10 @@ fn form(rhs: &MatRef<'_>) -> Option<Form> {
 
 /// `lhs · rhs` as a row-major `m × n` buffer when the product is a streamed one (at most
 /// [`MAX_ROWS`] rows, a right-hand side with one unit stride, a CPU with AVX2 and FMA);
-/// `None` otherwise. `threads` is the number of column blocks to run on rayon's pool.
+/// `None` otherwise. `threads` is how many threads of rayon's pool the product may use: the
+/// transposed form cuts the output's columns into that many blocks (aligned to [`ALIGN`]),
+/// while the row-major form's slabs are fixed by `k` alone and run on the pool whenever
+/// `threads` is above one. Either way the sums, and so the bits, do not depend on it.
 pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Option<Vec<f32>> {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     if m == 0 || m > MAX_ROWS || k == 0 || n == 0 || !supported() {
@@ -129,31 +132,30 @@ pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Optio
             out
         }
         Form::Dots => {
-            // Blocks of columns: each a contiguous run of `E`'s rows.
+            // Blocks of columns: each a contiguous run of `E`'s rows. A block of the row-major
+            // output is one piece of each of its `m` rows, so every block is handed its pieces
+            // (disjoint slices of `out`) and writes its dot products straight into them.
             let block = n.div_ceil(threads.max(1)).next_multiple_of(ALIGN);
-            let run = |start: usize| {
-                let len = block.min(n - start);
-                let mut part = vec![0.0; m * len];
+            let mut out = vec![0.0; m * n];
+            let mut blocks: Vec<Vec<&mut [f32]>> = (0..n.div_ceil(block))
+                .map(|_| Vec::with_capacity(m))
+                .collect();
+            for row in out.chunks_exact_mut(n) {
+                for (pieces, piece) in blocks.iter_mut().zip(row.chunks_mut(block)) {
+                    pieces.push(piece);
+                }
+            }
+            let run = |(b, mut rows): (usize, Vec<&mut [f32]>)| {
                 // SAFETY: as above.
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
-                    dots_avx2(&x, m, k, rhs, start, len, &mut part)
+                    dots_avx2(&x, k, rhs, b * block, &mut rows)
                 };
-                (start, len, part)
             };
-            let blocks: Vec<(usize, usize, Vec<f32>)> = if block >= n {
-                vec![run(0)]
+            if blocks.len() == 1 {
+                blocks.into_iter().enumerate().for_each(run);
             } else {
-                (0..n.div_ceil(block))
-                    .into_par_iter()
-                    .map(|b| run(b * block))
-                    .collect()
-            };
-            let mut out = vec![0.0; m * n];
-            for (start, len, part) in blocks {
-                for (row, src) in out.chunks_exact_mut(n).zip(part.chunks_exact(len)) {
-                    row[start..start + len].copy_from_slice(src);
-                }
+                blocks.into_par_iter().enumerate().for_each(run);
             }
             out
         }
@@ -215,23 +217,22 @@ fn rows_avx2(
 ) {
     let data = rhs.data;
     let stride = rhs.row_stride;
-    let (start, len) = (0, rhs.cols);
+    let n = rhs.cols;
     let mut acc = [0.0f32; ACCUMULATORS];
     // Tiles of equal width (whole vectors but the last), as few as fit the accumulators, so
     // each row of `rhs` is read in runs as long as possible.
     let widest = (ACCUMULATORS / m) / LANES * LANES;
-    let tile = len.div_ceil(len.div_ceil(widest)).next_multiple_of(LANES);
+    let tile = n.div_ceil(n.div_ceil(widest)).next_multiple_of(LANES);
     let mut j = 0;
-    while j < len {
-        let width = tile.min(len - j);
+    while j < n {
+        let width = tile.min(n - j);
         let vectors = width - width % LANES;
-        let col = start + j;
         let acc = &mut acc[..m * width];
         acc.fill(0.0);
         let mut c = inner.start;
         while c < inner.end {
             let depth = 4.min(inner.end - c);
-            let row = |t: usize| (c + t.min(depth - 1)) * stride + col;
+            let row = |t: usize| (c + t.min(depth - 1)) * stride + j;
             let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
             let mut v = 0;
             while v < vectors {
@@ -267,28 +268,22 @@ fn rows_avx2(
             c += depth;
         }
         for (i, acc) in acc.chunks_exact(width).enumerate() {
-            out[i * len + j..i * len + j + width].copy_from_slice(acc);
+            out[i * n + j..i * n + j + width].copy_from_slice(acc);
         }
         j += width;
     }
 }
 
 /// Columns `start..start + len` of `x · rhs` for a transposed row-major `rhs` (column `j` is
-/// contiguous at `rhs.col_stride * j`), into `out` (`m × len`): dot products of `x`'s rows
+/// contiguous at `rhs.col_stride * j`), into `out`: one slice per row of `x` (`m` of them),
+/// each `len` columns long, pieces of the whole product's rows. Dot products of `x`'s rows
 /// with two columns at a time, eight lanes each, four rows at a time (eight independent
 /// accumulators, enough to cover the fused multiply-add's latency).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn dots_avx2(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    rhs: MatRef<'_>,
-    start: usize,
-    len: usize,
-    out: &mut [f32],
-) {
+fn dots_avx2(x: &[f32], k: usize, rhs: MatRef<'_>, start: usize, out: &mut [&mut [f32]]) {
     let data = rhs.data;
+    let (m, len) = (out.len(), out.first().map_or(0, |row| row.len()));
     let column = |j: usize| (start + j) * rhs.col_stride;
     let body = k - k % LANES;
     let mut j = 0;
@@ -318,7 +313,7 @@ fn dots_avx2(
                     for (&a, &e) in row[body..].iter().zip(tail) {
                         total = a.mul_add(e, total);
                     }
-                    out[(i + r) * len + j + p] = total;
+                    out[i + r][j + p] = total;
                 }
             }
             i += group;
@@ -329,6 +324,7 @@ fn dots_avx2(
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{LAYOUTS, same_bits, view};
     use super::*;
     use crate::test_rng::Rng;
 
@@ -373,17 +369,8 @@ mod tests {
             for m in [1, 3, 8] {
                 let a = rng.vec(m * k, 1.0);
                 let b = rng.vec(k * n, 1.0);
-                for (ta, tb) in [(false, false), (true, false), (false, true)] {
-                    let lhs = if ta {
-                        MatRef::row_major(&a, k, m).t()
-                    } else {
-                        MatRef::row_major(&a, m, k)
-                    };
-                    let rhs = if tb {
-                        MatRef::row_major(&b, n, k).t()
-                    } else {
-                        MatRef::row_major(&b, k, n)
-                    };
+                for (ta, tb) in LAYOUTS {
+                    let (lhs, rhs) = (view(&a, m, k, ta), view(&b, k, n, tb));
                     let runs: Vec<Option<Vec<f32>>> = pools
                         .iter()
                         .map(|pool| pool.install(|| product(lhs, rhs, pool.current_num_threads())))
@@ -395,9 +382,7 @@ mod tests {
                     for (threads, many) in runs.iter().enumerate().skip(1) {
                         let many = many.as_ref().expect("streamed on every thread count");
                         assert!(
-                            one.iter()
-                                .zip(many)
-                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            same_bits(one, many),
                             "{m}x{k}x{n} (transposed {ta}, {tb}) differs on {} threads",
                             threads + 1
                         );

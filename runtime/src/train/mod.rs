@@ -60,6 +60,9 @@ pub struct RunOptions {
     /// Warm-ups to share with the other runs of this invocation ([`crate::shared_warmup`]):
     /// a run whose warm-up is kept there starts from it, and a run that trains one keeps it.
     pub shared_warmups: Option<Arc<SharedWarmups>>,
+    /// Connects `remote = "URL"` tasks ([`crate::tasks::RemoteTasks`]); without it they are
+    /// an error. The `agentry` crate sets it to its HTTP client.
+    pub remote_tasks: Option<Arc<dyn crate::tasks::RemoteTasks>>,
 }
 
 impl Default for RunOptions {
@@ -71,6 +74,7 @@ impl Default for RunOptions {
             quiet: false,
             resume: None,
             shared_warmups: None,
+            remote_tasks: None,
         }
     }
 }
@@ -209,7 +213,8 @@ impl Job {
     ) -> Result<Self, RunError> {
         let spec = options.overridden(experiment.spec())?.into_inner();
         unsupported(&spec)?;
-        let tasks = crate::tasks::resolve(&|name| experiment.user_task(name), &spec)?;
+        let remote = options.remote_tasks.as_deref();
+        let tasks = crate::tasks::resolve(&|name| experiment.user_task(name), remote, &spec)?;
         let task_versions: BTreeMap<String, String> = spec
             .tasks
             .iter()

@@ -175,10 +175,7 @@ fn a_stopped_and_resumed_run_ends_as_the_straight_run() {
             .all(|l| l["skipped"] == false && l["grad_norm"].as_f64() > Some(0.0)),
         "every RL step updates the policy: {rl:?}"
     );
-    let names: Vec<String> = std::fs::read_dir(straight.run_dir.join("checkpoints"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let names = common::entry_names(&straight.run_dir.join("checkpoints"));
     for name in [
         "sft-000002.ckpt",
         "rl-000000.ckpt",
@@ -995,12 +992,7 @@ fn a_skipped_rl_update_is_recorded_with_its_alert() {
         matches!(&error, RunError::NonFinite { skipped: 2, at, .. } if at == "RL step 3"),
         "{error}"
     );
-    let run_dir = std::fs::read_dir(out.join("tiny_resume"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let run_dir = common::run_dir_of(&out, "tiny_resume");
     let lines = common::metrics_without_timings(&run_dir);
     let rl: Vec<&serde_json::Value> = lines.iter().filter(|l| l["phase"] == "rl").collect();
     assert_eq!(rl.len(), 2, "{rl:?}");

@@ -1,6 +1,7 @@
 //! Scaffolding the runtime's integration tests share (and the root crate's `tests/cli.rs`, which
 //! includes this file by path): one user of burn's global RNG at a time, scratch directories
-//! under the target dir, tiny runs on flex, and their metrics.
+//! under the target dir, tiny runs on flex, and reading what they leave (metrics, JSON files,
+//! directory listings).
 //!
 //! All the runtime's integration tests are modules of one test binary (`tests/it/main.rs`), so
 //! they run as threads of one process and share its global state. The one piece of it a test
@@ -43,6 +44,28 @@ pub fn seeded<B: Backend, T>(
     init(device)
 }
 
+/// Two tools of the KG task (`get_neighbors(variable, relation)`, `count(variable)`), with
+/// short descriptions: what the chat-format tests render (the Hugging Face fixtures'
+/// reference chats were made from these).
+pub fn kg_tools() -> Vec<agentry_runtime::env::ToolSchema> {
+    use agentry_runtime::env::{Param, ParamKind, ToolSchema};
+    vec![
+        ToolSchema::new(
+            "get_neighbors",
+            "neighbors",
+            vec![
+                Param::required("variable", ParamKind::String, "v"),
+                Param::required("relation", ParamKind::String, "r"),
+            ],
+        ),
+        ToolSchema::new(
+            "count",
+            "count",
+            vec![Param::required("variable", ParamKind::String, "v")],
+        ),
+    ]
+}
+
 /// A fresh, empty `CARGO_TARGET_TMPDIR/<suite>/<name>`.
 pub fn scratch_in(suite: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -74,6 +97,34 @@ pub fn run_on_flex(
         ..RunOptions::default()
     };
     agentry_runtime::train::run_on::<Autodiff<Flex>>(experiment, &options, Default::default())
+}
+
+/// The JSON file at `path` (a run's `summary.json`, a checkpoint's `config.json`, ...), parsed;
+/// a missing or malformed file fails the test naming it.
+pub fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The names of the entries of `dir`, sorted (so a listing compares as a list).
+pub fn entry_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The run directory of experiment `name` under the root `out`, for a test that ran it there
+/// once: the first entry of `out/NAME` (run directories are `out/NAME/seedS-...`).
+pub fn run_dir_of(out: &Path, name: &str) -> PathBuf {
+    std::fs::read_dir(out.join(name))
+        .unwrap()
+        .next()
+        .expect("the experiment ran here")
+        .unwrap()
+        .path()
 }
 
 /// Every line of a run's `metrics.jsonl`.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common;
-use agentry_env::{Param, ParamKind, Reset, ToolCall, ToolSchema};
+use agentry_env::{Reset, ToolCall};
 use agentry_runtime::model::hf::{HfCheckpoint, HfConfig, HfError, ModelType, load_policy};
 use agentry_runtime::model::{Policy, Sampling, generate};
 use agentry_runtime::text::{ChatFormat, HfTokenizer, Tokenizer};
@@ -230,21 +230,7 @@ fn checkpoint_parameters_receive_gradients() {
 /// Llama 3 headers) renders the same messages in transformers.
 #[test]
 fn chat_format_renders_like_the_chat_template() {
-    let tools = vec![
-        ToolSchema::new(
-            "get_neighbors",
-            "neighbors",
-            vec![
-                Param::required("variable", ParamKind::String, "v"),
-                Param::required("relation", ParamKind::String, "r"),
-            ],
-        ),
-        ToolSchema::new(
-            "count",
-            "count",
-            vec![Param::required("variable", ParamKind::String, "v")],
-        ),
-    ];
+    let tools = common::kg_tools();
     for name in ["qwen2", "llama"] {
         let reference = reference(name);
         let messages = reference["chat"]["messages"].as_array().unwrap();
@@ -410,7 +396,7 @@ fn scratch(name: &str) -> Scratch {
 
 fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) {
     let path = dir.join("config.json");
-    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut config = common::json(&path);
     edit(config.as_object_mut().unwrap());
     std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
 }
@@ -719,18 +705,13 @@ fn mangled_safetensors_never_panic() {
 fn broken_shard_indexes_are_errors() {
     let index = |dir: &Path| dir.join("model.safetensors.index.json");
     let edit_index = |dir: &Path, edit: &dyn Fn(&mut serde_json::Map<String, Value>)| {
-        let mut value: Value =
-            serde_json::from_str(&std::fs::read_to_string(index(dir)).unwrap()).unwrap();
+        let mut value = common::json(&index(dir));
         edit(value["weight_map"].as_object_mut().unwrap());
         std::fs::write(index(dir), value.to_string()).unwrap();
     };
     let shards = |dir: &Path| -> Vec<String> {
-        let mut files: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|f| f.ends_with(".safetensors"))
-            .collect();
-        files.sort();
+        let mut files = common::entry_names(dir);
+        files.retain(|f| f.ends_with(".safetensors"));
         files
     };
     let dir = scratch("qwen2");
@@ -772,8 +753,7 @@ fn broken_shard_indexes_are_errors() {
         let other = files.iter().find(|f| **f != actual).unwrap();
         map.insert("model.norm.weight".into(), other.clone().into());
     });
-    let value: Value =
-        serde_json::from_str(&std::fs::read_to_string(index(&dir)).unwrap()).unwrap();
+    let value = common::json(&index(&dir));
     wrong.push_str(value["weight_map"]["model.norm.weight"].as_str().unwrap());
     expect_error(
         &dir,

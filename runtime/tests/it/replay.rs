@@ -74,7 +74,7 @@ fn replayed(file: &Path, line: usize) -> Replay {
 /// global RNG (before loading the checkpoint into it), which a run may have just seeded.
 fn replay_alone(episode: &str) -> Result<Replay, ReplayError> {
     let _serial = serial();
-    replay(episode, None)
+    replay(episode, None, None)
 }
 
 /// The first line of `file` with at least one turn (N from 1).

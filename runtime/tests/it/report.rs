@@ -109,8 +109,7 @@ fn a_run_evaluates_greedy_and_sampled_and_writes_its_report() {
     }
     assert!(summary.after_warmup.is_some() && summary.after_warmup_sampled.is_some());
     assert!(summary.after_rl_sampled.is_some());
-    let written: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let written = common::json(&dir.join("summary.json"));
     assert!(written["after_rl_sampled"]["tasks"]["kg"].is_object());
 
     // The report's tables.

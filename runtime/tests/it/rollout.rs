@@ -14,18 +14,28 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-/// A task whose episodes panic as soon as they start.
-struct Broken;
+/// A task every instance of which is a copy of one episode: the tests' tasks need no
+/// instances of their own.
+struct Always<E> {
+    version: &'static str,
+    episode: E,
+}
 
-impl TaskGenerator for Broken {
+impl<E: Environment + Clone + Sync + 'static> TaskGenerator for Always<E> {
     fn version(&self) -> &str {
-        "broken-1"
+        self.version
     }
 
     fn instance(&self, _: Split, _: u8, _: u64) -> Box<dyn Environment> {
-        Box::new(BrokenEnv)
+        Box::new(self.episode.clone())
     }
 }
+
+/// A task whose episodes panic as soon as they start.
+const BROKEN: Always<BrokenEnv> = Always {
+    version: "broken-1",
+    episode: BrokenEnv,
+};
 
 #[derive(Clone)]
 struct BrokenEnv;
@@ -102,7 +112,7 @@ fn specs(tasks: usize, max_turns: u32) -> Vec<EpisodeSpec> {
 
 #[test]
 fn a_panicking_environment_ends_only_its_episode() {
-    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Kg::default()), Box::new(Broken)];
+    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Kg::default()), Box::new(BROKEN)];
     let chat = chat();
     let policy = policy(&chat);
     let controller = Controller::new(ControllerConfig::default()).unwrap();
@@ -198,17 +208,10 @@ fn transcripts_never_exceed_the_context() {
 }
 
 /// A task with a short instruction whose episodes only end at their turn limit.
-struct Patient;
-
-impl TaskGenerator for Patient {
-    fn version(&self) -> &str {
-        "patient-1"
-    }
-
-    fn instance(&self, _: Split, _: u8, _: u64) -> Box<dyn Environment> {
-        Box::new(PatientEnv)
-    }
-}
+const PATIENT: Always<PatientEnv> = Always {
+    version: "patient-1",
+    episode: PatientEnv,
+};
 
 #[derive(Clone)]
 struct PatientEnv;
@@ -244,7 +247,7 @@ impl Environment for PatientEnv {
 
 #[test]
 fn snapshots_are_taken_at_their_boundaries_and_their_continuations_end_every_session() {
-    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Patient)];
+    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(PATIENT)];
     let chat = chat();
     let policy = policy(&chat);
     let controller = Controller::new(ControllerConfig::default()).unwrap();
@@ -295,7 +298,7 @@ fn snapshots_are_taken_at_their_boundaries_and_their_continuations_end_every_ses
 
 #[test]
 fn cross_policy_sampling_records_each_turns_engine_and_its_log_probabilities() {
-    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Patient)];
+    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(PATIENT)];
     let chat = chat();
     let fresh = policy_seeded(&chat, 1);
     let stale = policy_seeded(&chat, 2);

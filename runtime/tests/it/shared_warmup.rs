@@ -88,11 +88,7 @@ fn runs_that_differ_after_the_warmup_share_it_and_write_what_they_would_alone() 
         find(&runs, NO_CROSS_POLICY, 1).summary.warmup_from
     );
     // The cache is gone with the sweep; only the experiment's runs are left.
-    let left: Vec<String> = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(left, ["shared"]);
+    assert_eq!(common::entry_names(&out), ["shared"]);
 
     // The same configuration alone, with no other run to share with, writes the same.
     let alone_out = common::scratch_in("shared_warmup", "alone");

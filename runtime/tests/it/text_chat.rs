@@ -1,6 +1,7 @@
 //! Chat format: layout, agent mask, tool-call syntax.
 
-use agentry_env::{Param, ParamKind, Reset, ToolCall, ToolSchema};
+use crate::common;
+use agentry_env::{Reset, ToolCall};
 use agentry_env::{parse_call, render_call};
 use agentry_runtime::text::{ChatFormat, Special, Tokenizer};
 use proptest::prelude::*;
@@ -9,21 +10,7 @@ use serde_json::{Map, Value, json};
 fn reset() -> Reset {
     Reset {
         instruction: "How many neighbors does #0 have?".to_string(),
-        tools: vec![
-            ToolSchema::new(
-                "get_neighbors",
-                "neighbors",
-                vec![
-                    Param::required("variable", ParamKind::String, "v"),
-                    Param::required("relation", ParamKind::String, "r"),
-                ],
-            ),
-            ToolSchema::new(
-                "count",
-                "count",
-                vec![Param::required("variable", ParamKind::String, "v")],
-            ),
-        ],
+        tools: common::kg_tools(),
     }
 }
 
