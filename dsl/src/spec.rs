@@ -486,6 +486,9 @@ pub enum Credit {
 }
 
 impl Credit {
+    /// `monte_carlo` without `turns`: every boundary from the start (first 0, no last).
+    pub const DEFAULT_TURNS: (u32, Option<u32>) = (0, None);
+
     /// The turn boundaries a Monte-Carlo credit snapshots, up to (excluding) `max_turns`.
     pub fn boundaries(&self, max_turns: u32) -> Vec<u32> {
         match *self {

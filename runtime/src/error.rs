@@ -70,13 +70,43 @@ pub enum RunError {
     NonFinite {
         /// Updates skipped in a row (`train.max_nonfinite_skips`).
         skipped: u32,
-        /// The last of them (`warm-up step 3`, `RL step 12`, …).
-        at: String,
+        /// The last of them.
+        at: Update,
         /// Its loss.
         loss: f32,
         /// Its gradient norm, when the loss was finite.
         grad_norm: Option<f32>,
     },
+}
+
+/// Which update a non-finite loss or gradient norm was met at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Update {
+    /// A warm-up step.
+    Warmup {
+        /// The warm-up step.
+        step: u64,
+    },
+    /// The policy's update of an RL step.
+    Rl {
+        /// The RL step.
+        step: u64,
+    },
+    /// The separate critic's update of an RL step.
+    Critic {
+        /// The RL step.
+        step: u64,
+    },
+}
+
+impl std::fmt::Display for Update {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Update::Warmup { step } => write!(f, "warm-up step {step}"),
+            Update::Rl { step } => write!(f, "RL step {step}"),
+            Update::Critic { step } => write!(f, "the critic's update at RL step {step}"),
+        }
+    }
 }
 
 /// A run directory's error is the run's I/O error on that path.

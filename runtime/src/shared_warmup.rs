@@ -19,7 +19,7 @@ use std::sync::Mutex;
 
 use agentry_dsl::spec;
 
-use crate::error::RunError;
+use crate::metrics::RunDirError;
 
 /// The metrics lines of the warm-up, in a cache entry (not `metrics.jsonl`, so that nothing
 /// looking for run directories mistakes an entry for one).
@@ -52,14 +52,14 @@ pub struct Entry {
 
 impl Entry {
     /// The warm-up's `metrics.jsonl` lines.
-    pub fn metrics(&self) -> Result<Vec<u8>, RunError> {
+    pub fn metrics(&self) -> Result<Vec<u8>, RunDirError> {
         let path = self.dir.join(METRICS);
-        std::fs::read(&path).map_err(RunError::io(path))
+        std::fs::read(&path).map_err(RunDirError::io(path))
     }
 
     /// Copies the files the warm-up's evaluation wrote (samples, recorded episodes, the
     /// tokenizer) into a fresh run directory.
-    pub fn copy_files_to(&self, run_dir: &Path) -> Result<(), RunError> {
+    pub fn copy_files_to(&self, run_dir: &Path) -> Result<(), RunDirError> {
         copy_tree(&self.dir, run_dir, &|relative| {
             relative != Path::new(METRICS) && !relative.starts_with(crate::checkpoint::DIR)
         })
@@ -73,7 +73,7 @@ impl SharedWarmups {
     pub fn for_runs<'a>(
         root: &Path,
         experiments: impl IntoIterator<Item = &'a spec::Experiment>,
-    ) -> Result<Option<Self>, RunError> {
+    ) -> Result<Option<Self>, RunDirError> {
         let mut seen = BTreeSet::new();
         let mut shared = BTreeSet::new();
         for key in experiments.into_iter().filter_map(spec_key) {
@@ -90,7 +90,7 @@ impl SharedWarmups {
             .map(|d| d.as_millis())
             .unwrap_or_default();
         let dir = root.join(format!(".shared-warmups-{}-{started}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(RunError::io(&dir))?;
+        std::fs::create_dir_all(&dir).map_err(RunDirError::io(&dir))?;
         Ok(Some(SharedWarmups {
             dir,
             shared,
@@ -121,20 +121,20 @@ impl SharedWarmups {
     /// Keeps the warm-up `run_dir` has just finished: its metrics so far, the files its
     /// evaluation wrote, and the checkpoint `save` writes into the folder it is given (it
     /// returns the file's path).
-    pub fn keep(
+    pub fn keep<E: From<RunDirError>>(
         &self,
         key: &str,
         run_dir: &Path,
-        save: impl FnOnce(&Path) -> Result<PathBuf, RunError>,
-    ) -> Result<(), RunError> {
+        save: impl FnOnce(&Path) -> Result<PathBuf, E>,
+    ) -> Result<(), E> {
         let dir = self.dir.join(self.lock().len().to_string());
-        std::fs::create_dir_all(&dir).map_err(RunError::io(&dir))?;
+        std::fs::create_dir_all(&dir).map_err(RunDirError::io(&dir))?;
         copy_tree(run_dir, &dir, &|relative| {
             !relative.starts_with(crate::checkpoint::DIR)
                 && !OWN_FILES.iter().any(|own| relative == Path::new(own))
         })?;
         let (from, to) = (run_dir.join("metrics.jsonl"), dir.join(METRICS));
-        std::fs::copy(&from, &to).map_err(RunError::io(&from))?;
+        std::fs::copy(&from, &to).map_err(RunDirError::io(&from))?;
         let checkpoint = save(&dir)?;
         self.lock().insert(
             key.to_string(),
@@ -303,20 +303,20 @@ impl<'a> WarmupInputs<'a> {
 }
 
 /// Copies the files under `from` whose path relative to it `keep` accepts into `to`.
-fn copy_tree(from: &Path, to: &Path, keep: &dyn Fn(&Path) -> bool) -> Result<(), RunError> {
+fn copy_tree(from: &Path, to: &Path, keep: &dyn Fn(&Path) -> bool) -> Result<(), RunDirError> {
     let mut pending = vec![from.to_path_buf()];
     while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).map_err(RunError::io(&dir))? {
-            let path = entry.map_err(RunError::io(&dir))?.path();
+        for entry in std::fs::read_dir(&dir).map_err(RunDirError::io(&dir))? {
+            let path = entry.map_err(RunDirError::io(&dir))?.path();
             let relative = path.strip_prefix(from).unwrap_or(&path).to_path_buf();
             if path.is_dir() {
                 pending.push(path);
             } else if keep(&relative) {
                 let target = to.join(&relative);
                 if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent).map_err(RunError::io(parent))?;
+                    std::fs::create_dir_all(parent).map_err(RunDirError::io(parent))?;
                 }
-                std::fs::copy(&path, &target).map_err(RunError::io(&path))?;
+                std::fs::copy(&path, &target).map_err(RunDirError::io(&path))?;
             }
         }
     }

@@ -272,7 +272,7 @@ pub fn run(
             .map_err(|source| SweepError::Run {
                 config: runs[0].config.clone(),
                 seed: runs[0].seed,
-                source,
+                source: source.into(),
             })?;
         options.shared_warmups = warmups.map(Arc::new);
     }

@@ -480,7 +480,10 @@ impl Checker {
             }
         };
         let (first, last) = match args.named("turns").map(|v| (v, &v.kind)) {
-            None => (Some(0), Some(None)),
+            None => {
+                let (first, last) = Credit::DEFAULT_TURNS;
+                (Some(first), Some(last))
+            }
             Some((_, ValueKind::Range(lo, hi))) => {
                 let lo_span = lo.span;
                 let (first, last) = (self.uint32("turns", lo, 0), self.uint32("turns", hi, 0));

@@ -13,7 +13,7 @@ use super::source::Collected;
 use crate::algo::loss::{PolicyLossConfig, kl_estimate, truncated_is_weights};
 use crate::algo::{PolicyLossInput, ValueStats, explained_variance, policy_loss, value_loss};
 use crate::checkpoint::Phase;
-use crate::error::RunError;
+use crate::error::{RunError, Update};
 use crate::metrics::{Progress, Record, RlRecord};
 use crate::model::{Kernels, Policy, Scores, TrainBackend, Want};
 use crate::optim::{Descent, descend};
@@ -329,7 +329,7 @@ impl<B: TrainBackend> Trainer<B> {
                 if self.state.nonfinite_streak >= limit {
                     return Err(RunError::NonFinite {
                         skipped: self.state.nonfinite_streak,
-                        at: at.to_string(),
+                        at,
                         loss,
                         grad_norm,
                     });
@@ -529,27 +529,6 @@ fn predicted_agent(transcript: &Transcript, width: usize) -> impl Iterator<Item 
 struct ValueTargets {
     values: Vec<Vec<f32>>,
     returns: Vec<Vec<f32>>,
-}
-
-/// Which update a non-finite loss or gradient stopped the run at.
-#[derive(Clone, Copy, Debug)]
-enum Update {
-    /// A warm-up step.
-    Warmup { step: u64 },
-    /// The policy's update of an RL step.
-    Rl { step: u64 },
-    /// The separate critic's update of an RL step.
-    Critic { step: u64 },
-}
-
-impl std::fmt::Display for Update {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Update::Warmup { step } => write!(f, "warm-up step {step}"),
-            Update::Rl { step } => write!(f, "RL step {step}"),
-            Update::Critic { step } => write!(f, "the critic's update at RL step {step}"),
-        }
-    }
 }
 
 /// Right-padded transcripts `[n, width]` and which predicted tokens `[n, width - 1]` are the

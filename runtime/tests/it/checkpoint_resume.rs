@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use crate::common::{self, experiment, serial};
 use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall, ToolSchema};
 use agentry_runtime::checkpoint::{Checkpoint, CheckpointError, FORMAT_VERSION};
+use agentry_runtime::error::Update;
 use agentry_runtime::model::hf::load_policy;
 use agentry_runtime::model::{Policy, PolicyConfig};
 use agentry_runtime::optim::PolicyOptimizer;
@@ -976,7 +977,11 @@ fn nonfinite_updates_are_skipped_counted_and_stop_the_run_after_the_limit() {
     let RunError::NonFinite { skipped, at, .. } = &error else {
         panic!("expected NonFinite, got {error}");
     };
-    assert_eq!((*skipped, at.as_str()), (2, "warm-up step 3"), "{error}");
+    assert_eq!((*skipped, *at), (2, Update::Warmup { step: 3 }), "{error}");
+    assert!(
+        error.to_string().contains("(the last: warm-up step 3,"),
+        "{error}"
+    );
     let message = error.to_string();
     assert!(message.contains("max_nonfinite_skips"), "{message}");
 }
@@ -989,7 +994,14 @@ fn a_skipped_rl_update_is_recorded_with_its_alert() {
     let out = scratch("nonfinite-rl");
     let error = run(&exploding("1e-3", "1e30", 2), &out, 4, None).unwrap_err();
     assert!(
-        matches!(&error, RunError::NonFinite { skipped: 2, at, .. } if at == "RL step 3"),
+        matches!(
+            &error,
+            RunError::NonFinite {
+                skipped: 2,
+                at: Update::Rl { step: 3 },
+                ..
+            }
+        ),
         "{error}"
     );
     let run_dir = common::run_dir_of(&out, "tiny_resume");
