@@ -166,7 +166,7 @@ impl Drop for SharedWarmups {
 ///
 /// The key is the resolved experiment without what only RL reads (its name, the sweep, the
 /// algorithm but its `grad_clip`, which clips the warm-up's gradients too, the pool but its
-/// `placement`, and `train.steps`, `batch`, `lr`: [`WarmupInputs`]), plus the device and the
+/// `placement`, and `train.steps`, `batch`, `lr`: `WarmupInputs`), plus the device and the
 /// task versions.
 /// Leaving something out wrongly would share a warm-up that differs; keeping something in
 /// needlessly only trains a warm-up twice, so everything else stays in.

@@ -1,10 +1,10 @@
 //! The training loop: supervised warm-up on oracle demonstrations, then RL.
 //!
-//! A run is set up once ([`setup`]), then goes step by step: an [`EpisodeSource`] plays (or
-//! collects) the step's episodes, [`prepare`] turns them into what the update trains on, the
-//! update changes the weights ([`update`]), the source hands the new weights to the engines,
-//! and the step is recorded, checkpointed and evaluated ([`eval`]) when due. Everything a run
-//! mutates is one [`RunState`] ([`state`]), which is exactly what a checkpoint holds; its RNG
+//! A run is set up once (`setup`), then goes step by step: an `EpisodeSource` (`source`) plays
+//! or collects the step's episodes, `prepare` turns them into what the update trains on, the
+//! update changes the weights (`update`), the source hands the new weights to the engines,
+//! and the step is recorded, checkpointed and evaluated (`eval`) when due. Everything a run
+//! mutates is one `RunState` (`state`), which is exactly what a checkpoint holds; its RNG
 //! fixes the order of random draws, so the whole run is fixed by the experiment's seed.
 
 mod eval;
