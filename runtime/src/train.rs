@@ -359,6 +359,9 @@ impl<B: TrainBackend> Trainer<B> {
                 ModelType::Llama,
                 &device,
             )?)),
+            spec::Arch::Gguf { file } => Loaded::Checkpoint(Box::new(
+                crate::model::Pretrained::from_gguf(Path::new(file), &device)?,
+            )),
         };
         let context = match &loaded {
             Loaded::Scratch(arch) => arch.context,
