@@ -296,7 +296,7 @@ mod tests {
     fn q6_k_follows_the_ggml_formula() {
         let ql: Vec<u8> = (0..128).map(|i| (i * 53 % 256) as u8).collect();
         let qh: Vec<u8> = (0..64).map(|i| (i * 29 % 256) as u8).collect();
-        let sc: Vec<u8> = (0..16).map(|i| (i as i8 * 9 - 70) as u8).collect();
+        let sc: Vec<u8> = (0..16).map(|i| (i * 9 - 70) as i8 as u8).collect();
         let d = 0.03125f32;
         let block = [ql.as_slice(), &qh, &sc, &f16_bytes(d)].concat();
         // Value v (0..256) of half n = v / 128, r = v % 128, l = r % 32, k = r / 32 takes its
