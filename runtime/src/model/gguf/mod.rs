@@ -86,6 +86,9 @@ impl<B: Backend> Pretrained<B> {
             path: path.to_path_buf(),
             reason,
         };
+        // The architecture and hyperparameters first: a file of another architecture is best
+        // told so, whatever else it lacks.
+        config(&file).map_err(invalid)?;
         let hf = tokenizer::build(&file.metadata, &path.display().to_string()).map_err(invalid)?;
         let tokenizer = Tokenizer::from_hf(hf).map_err(invalid)?;
         check_chat_template(&file, &tokenizer).map_err(invalid)?;
