@@ -295,7 +295,7 @@ impl GgufFile {
         let mut tensors = Vec::with_capacity(infos.len());
         for (name, dims, ty, offset) in infos {
             let len = extent(&dims, ty).map_err(|reason| format!("tensor `{name}` {reason}"))?;
-            if offset % alignment != 0 {
+            if !offset.is_multiple_of(alignment) {
                 return Err(format!(
                     "tensor `{name}`: data offset {offset} is not a multiple of the alignment \
                      {alignment}"
@@ -352,7 +352,7 @@ fn extent(dims: &[u64], ty: GgmlType) -> Result<u64, String> {
     let Some((name, block, block_bytes)) = ty.layout() else {
         return Err(format!("has unknown ggml type id {}", ty.0));
     };
-    if dims[0] % block != 0 {
+    if !dims[0].is_multiple_of(block) {
         return Err(format!(
             "has rows of {} values, not a multiple of {name}'s block of {block}",
             dims[0]

@@ -185,14 +185,14 @@ pub fn config(file: &GgufFile) -> Result<HfConfig, String> {
         // Files of models without grouped-query attention may leave it out.
         meta(&format!("{arch}.attention.head_count_kv")).map_or(Ok(heads), |_| Err(e))
     })?;
-    if heads % kv_heads != 0 {
+    if !heads.is_multiple_of(kv_heads) {
         return Err(format!(
             "{heads} attention heads are not a multiple of {kv_heads} key/value heads"
         ));
     }
     let head_dim = match meta(&format!("{arch}.attention.key_length")) {
         Some(_) => uint("attention.key_length")?,
-        None if hidden_size % heads == 0 => hidden_size / heads,
+        None if hidden_size.is_multiple_of(heads) => hidden_size / heads,
         None => {
             return Err(format!(
                 "the embedding length {hidden_size} is not a multiple of {heads} heads"
@@ -208,7 +208,7 @@ pub fn config(file: &GgufFile) -> Result<HfConfig, String> {
             ));
         }
     }
-    if head_dim % 2 != 0 {
+    if !head_dim.is_multiple_of(2) {
         return Err(format!("heads are {head_dim} wide, which RoPE cannot pair"));
     }
     match meta(&format!("{arch}.rope.scaling.type")) {

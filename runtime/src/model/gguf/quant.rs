@@ -29,7 +29,7 @@ pub fn dequantize(ty: GgmlType, data: &[u8], n: usize) -> Result<Vec<f32>, Strin
         return Err(format!("has unknown ggml type id {}", ty.0));
     };
     let (block, block_bytes) = (block as usize, block_bytes as usize);
-    if n % block != 0 || data.len() != n / block * block_bytes {
+    if !n.is_multiple_of(block) || data.len() != n / block * block_bytes {
         return Err(format!(
             "has {} bytes of {name} data, which is not {n} values",
             data.len()
