@@ -16,7 +16,8 @@ On tokenization: transformers' GGUF converter builds a plain GPT-2 pre-tokenizer
 `tokenizer.ggml.pre = smollm`, while SmolLM2's own tokenizer.json (and llama.cpp's `smollm`
 pre-tokenizer) first splits digits one by one. The reference uses the model's own
 pre-tokenizer, `Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False)]`,
-and the fixture lists the strings on which the converter's tokenizer differs from it.
+and the fixture lists the strings on which the converter's tokenizer differs from it (none of
+these: SmolLM2's vocabulary has no token joining a digit to anything).
 """
 
 import json
