@@ -240,6 +240,10 @@ fn model(model: &Model) -> TokenStream {
             let weights = string(weights);
             quote!(::agentry::spec::Arch::Llama { weights: #weights })
         }
+        Arch::Gguf { file } => {
+            let file = string(file);
+            quote!(::agentry::spec::Arch::Gguf { file: #file })
+        }
     };
     let value_head = variant(
         "ValueHead",

@@ -79,6 +79,12 @@ pub enum Arch {
         /// Directory holding `config.json`, `tokenizer.json` and safetensors.
         weights: String,
     },
+    /// A llama.cpp GGUF file of a Llama or Qwen2 model: weights (quantized or not),
+    /// hyperparameters, tokenizer and chat template in one file.
+    Gguf {
+        /// The `.gguf` file.
+        file: String,
+    },
 }
 
 /// `arch = transformer { ... }`.

@@ -1347,3 +1347,37 @@ fn steps_override_names_the_configuration_that_breaks_a_rule() {
          ends (`steps = 6`)"
     );
 }
+
+#[test]
+fn gguf_needs_a_file() {
+    let source = with("arch = transformer", "arch = gguf { file = \"m/s.gguf\" }");
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("m.arl", &source)));
+    assert_eq!(
+        spec.model.arch,
+        Arch::Gguf {
+            file: "m/s.gguf".to_string()
+        }
+    );
+    let d = error(&with("arch = transformer", "arch = gguf"));
+    assert_eq!(d.message, "`gguf` needs `file`");
+    assert!(d.hint.unwrap().contains("arch = gguf { file = "));
+    let d = error(&with("arch = transformer", "arch = gguf { file = \"\" }"));
+    assert_eq!(d.message, "`file` is empty");
+    let messages: Vec<String> = errors(&with(
+        "arch = transformer",
+        "arch = gguf { weights = \"x\" }",
+    ))
+    .into_iter()
+    .map(|d| d.message)
+    .collect();
+    assert!(
+        messages.iter().any(|m| m.contains("weights")),
+        "{messages:?}"
+    );
+    assert!(
+        messages.contains(&"`gguf` needs `file`".to_string()),
+        "{messages:?}"
+    );
+    let d = error(&with("arch = transformer", "arch = ggfu"));
+    assert_eq!(d.hint.as_deref(), Some("did you mean `gguf`?"));
+}

@@ -34,6 +34,9 @@ pub enum RunError {
     /// The experiment's Hugging Face model could not be loaded.
     #[error("cannot load the model: {0}")]
     Model(#[from] crate::model::hf::HfError),
+    /// The experiment's GGUF model could not be loaded.
+    #[error("cannot load the model: {0}")]
+    Gguf(#[from] crate::model::gguf::GgufError),
     /// The requested device is not compiled in or not present.
     #[error("device `{device}` is not available: {reason}")]
     Device {

@@ -405,6 +405,11 @@ impl Weights {
                     .map_err(RunError::from)?
                     .policy
             }
+            Arch::Gguf { file } => {
+                crate::model::Pretrained::from_gguf(Path::new(file), device)
+                    .map_err(RunError::from)?
+                    .policy
+            }
         };
         if spec.model.value_head == ValueHead::Shared {
             policy = policy.with_value_head();

@@ -6,7 +6,7 @@ use crate::spec::{Arch, Model, TransformerArch, ValueHead};
 
 use super::{Checker, Section};
 
-const ARCHS: &[&str] = &["transformer", "qwen2", "llama"];
+const ARCHS: &[&str] = &["transformer", "qwen2", "llama", "gguf"];
 
 impl Checker {
     pub(super) fn model(&mut self, section: Section<'_>) -> Option<Model> {
@@ -35,7 +35,8 @@ impl Checker {
         })
     }
 
-    /// `transformer`, `transformer { ... }`, `qwen2 { weights = "..." }`, `llama { ... }`.
+    /// `transformer`, `transformer { ... }`, `qwen2 { weights = "..." }`, `llama { ... }`,
+    /// `gguf { file = "..." }`.
     fn arch(&mut self, value: &Value) -> Option<Arch> {
         let empty = Block {
             items: Vec::new(),
@@ -64,43 +65,34 @@ impl Checker {
         match kind.as_str() {
             "transformer" => self.transformer(body),
             "qwen2" | "llama" => {
-                let table = self.table(body, kind, &["weights"]);
-                let weights = match table.get("weights") {
-                    Some(v) => match &v.kind {
-                        ValueKind::Str(s) if !s.is_empty() => Some(s.clone()),
-                        ValueKind::Str(_) => {
-                            self.error(Diagnostic::new(
-                                v.span,
-                                "`weights` is empty",
-                                "expected a directory",
-                            ));
-                            None
-                        }
-                        _ => {
-                            self.wrong_type("weights", v, "a string");
-                            None
-                        }
-                    },
-                    None => {
-                        self.error(
-                            Diagnostic::new(
-                                head.span,
-                                format!("`{kind}` needs `weights`"),
-                                "no checkpoint directory",
-                            )
-                            .with_hint(format!(
-                                "write `arch = {kind} {{ weights = \"models/...\" }}`, a directory \
-                                 with config.json, tokenizer.json and safetensors"
-                            )),
-                        );
-                        None
-                    }
-                }?;
+                let weights = self.path_key(
+                    body,
+                    head,
+                    kind,
+                    "weights",
+                    "a directory",
+                    &format!(
+                        "write `arch = {kind} {{ weights = \"models/...\" }}`, a directory \
+                         with config.json, tokenizer.json and safetensors"
+                    ),
+                )?;
                 Some(if kind == "qwen2" {
                     Arch::Qwen2 { weights }
                 } else {
                     Arch::Llama { weights }
                 })
+            }
+            "gguf" => {
+                let file = self.path_key(
+                    body,
+                    head,
+                    kind,
+                    "file",
+                    "a file",
+                    "write `arch = gguf { file = \"models/NAME.gguf\" }`, a llama.cpp GGUF file \
+                     of a Llama or Qwen2 model",
+                )?;
+                Some(Arch::Gguf { file })
             }
             other => {
                 let hint = suggest(other, ARCHS.iter().copied())
@@ -112,6 +104,49 @@ impl Checker {
                         "unknown architecture",
                     )
                     .with_hint(hint),
+                );
+                None
+            }
+        }
+    }
+
+    /// The one string key of a pretrained model's block (`weights`, `file`): present and
+    /// not empty. `what` is what it names, `hint` how to write the block.
+    fn path_key(
+        &mut self,
+        body: &Block,
+        head: &Value,
+        kind: &str,
+        key: &str,
+        what: &str,
+        hint: &str,
+    ) -> Option<String> {
+        let table = self.table(body, kind, &[key]);
+        match table.get(key) {
+            Some(v) => match &v.kind {
+                ValueKind::Str(s) if !s.is_empty() => Some(s.clone()),
+                ValueKind::Str(_) => {
+                    self.error(Diagnostic::new(
+                        v.span,
+                        format!("`{key}` is empty"),
+                        format!("expected {what}"),
+                    ));
+                    None
+                }
+                _ => {
+                    self.wrong_type(key, v, "a string");
+                    None
+                }
+            },
+            None => {
+                let missing = if key == "file" {
+                    "no GGUF file"
+                } else {
+                    "no checkpoint directory"
+                };
+                self.error(
+                    Diagnostic::new(head.span, format!("`{kind}` needs `{key}`"), missing)
+                        .with_hint(hint.to_string()),
                 );
                 None
             }

@@ -4,14 +4,18 @@
 //! embeddings and optional grouped-query key/value heads, SwiGLU feed-forward), a final RMSNorm
 //! and an LM head, tied to the token embedding by default. [`Policy::forward`] and [`Policy::token_logprobs`] serve training on
 //! right-padded batches; [`generate`] samples batches of continuations with a KV cache.
-//! [`hf`] loads Hugging Face Qwen2 and Llama checkpoints into the same [`Policy`].
+//! [`hf`] loads Hugging Face Qwen2 and Llama checkpoints into the same [`Policy`], and [`gguf`]
+//! llama.cpp's GGUF files of those families; both return a [`Pretrained`].
 //! [`kernels`] is where the blocks' operations run: fused kernels on flex, burn's ops elsewhere.
 
 mod generate;
+pub mod gguf;
 pub mod hf;
 pub mod kernels;
+mod pretrained;
 mod transformer;
 
 pub use generate::{Generation, Sampling, generate, generate_uncached};
 pub use kernels::{Kernels, TrainBackend};
+pub use pretrained::Pretrained;
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};

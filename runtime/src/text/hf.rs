@@ -76,12 +76,21 @@ impl HfTokenizer {
 
     /// Parses the contents of a `tokenizer.json`; `origin` names where it came from in errors.
     pub fn from_json(bytes: &[u8], origin: &str) -> Result<Self, TokenizerError> {
-        let name = || origin.to_string();
-        let mut inner =
+        let inner =
             tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| TokenizerError::Invalid {
-                path: name(),
+                path: origin.to_string(),
                 reason: format!("not a Hugging Face tokenizer: {e}"),
             })?;
+        Self::from_tokenizer(inner, origin)
+    }
+
+    /// Wraps a tokenizer built in code (the GGUF loader builds one from a file's metadata);
+    /// `origin` names where it came from in errors.
+    pub fn from_tokenizer(
+        mut inner: tokenizers::Tokenizer,
+        origin: &str,
+    ) -> Result<Self, TokenizerError> {
+        let name = || origin.to_string();
         inner.set_encode_special_tokens(true);
         let mut specials: Vec<(u32, String)> = inner
             .get_added_tokens_decoder()
@@ -109,6 +118,33 @@ impl HfTokenizer {
             .encode(text, false)
             .map(|encoding| encoding.get_ids().to_vec())
             .map_err(|e| e.to_string())
+    }
+
+    /// Encodes trusted text, such as a rendered chat template, in which special tokens'
+    /// texts (`<|im_start|>`) stand for the special tokens: each becomes its single id, and
+    /// the text between them is encoded as [`HfTokenizer::encode`] does. This is what Python's
+    /// `tokenizer.encode(text, add_special_tokens=False)` does; never use it on text an
+    /// environment or a user wrote.
+    pub fn encode_with_specials(&self, text: &str) -> Result<Vec<u32>, String> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            // The earliest special token in the rest, the longest one where several start there.
+            let next = self
+                .specials
+                .iter()
+                .filter(|(_, token)| !token.is_empty())
+                .filter_map(|(id, token)| rest.find(token.as_str()).map(|at| (at, token, *id)))
+                .min_by_key(|(at, token, _)| (*at, std::cmp::Reverse(token.len())));
+            let Some((at, token, id)) = next else {
+                out.extend(self.encode(rest)?);
+                break;
+            };
+            out.extend(self.encode(&rest[..at])?);
+            out.push(id);
+            rest = &rest[at + token.len()..];
+        }
+        Ok(out)
     }
 
     /// Decodes ids, special tokens included as their text.

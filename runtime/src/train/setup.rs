@@ -18,7 +18,7 @@ use crate::device;
 use crate::error::RunError;
 use crate::metrics::{RunConfig, RunDir};
 use crate::model::hf::{HfCheckpoint, ModelType};
-use crate::model::{Kernels, PolicyConfig, TrainBackend};
+use crate::model::{Kernels, PolicyConfig, Pretrained, TrainBackend};
 use crate::rollout::{EpisodeSpec, demonstration, oracle_text};
 use crate::text::{ChatFormat, Tokenizer, Transcript};
 
@@ -34,8 +34,9 @@ enum Loaded<'a, B: Kernels> {
     /// `arch = transformer { ... }`: initialized from the seed, with a tokenizer trained on
     /// the tasks' text.
     Scratch(&'a spec::TransformerArch),
-    /// `arch = qwen2/llama { weights = ... }`: a Hugging Face checkpoint.
-    Checkpoint(Box<HfCheckpoint<B>>),
+    /// `arch = qwen2/llama { weights = ... }` (a Hugging Face checkpoint) or `gguf { file =
+    /// ... }`: a pretrained model with its tokenizer.
+    Checkpoint(Box<Pretrained<B>>),
 }
 
 impl<B: TrainBackend> Trainer<B> {
@@ -54,7 +55,7 @@ impl<B: TrainBackend> Trainer<B> {
             device_name,
             config,
         } = job;
-        // A Hugging Face checkpoint brings its policy and tokenizer; otherwise both are built.
+        // A pretrained model brings its policy and tokenizer; otherwise both are built.
         let loaded = match &spec.model.arch {
             spec::Arch::Transformer(arch) => Loaded::Scratch(arch),
             spec::Arch::Qwen2 { weights } => Loaded::Checkpoint(Box::new(HfCheckpoint::load(
@@ -67,6 +68,9 @@ impl<B: TrainBackend> Trainer<B> {
                 ModelType::Llama,
                 &device,
             )?)),
+            spec::Arch::Gguf { file } => {
+                Loaded::Checkpoint(Box::new(Pretrained::from_gguf(Path::new(file), &device)?))
+            }
         };
         let context = match &loaded {
             Loaded::Scratch(arch) => arch.context,

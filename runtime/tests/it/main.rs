@@ -6,8 +6,10 @@
 //! weight-initialization RNG) is behind [`common::serial`]; see the `common` module docs.
 
 mod common;
+mod pretrained;
 
 mod checkpoint_resume;
+mod gguf;
 mod hf_checkpoint;
 mod model_copy;
 mod model_policy;

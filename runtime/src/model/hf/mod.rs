@@ -27,6 +27,7 @@ use burn::tensor::{Tensor, TensorData};
 pub use config::{HfConfig, ModelType, RopeScaling};
 pub use weights::{F32Tensor, INDEX_FILE, SINGLE_FILE, Weights};
 
+use super::Pretrained;
 use super::transformer::{DecoderBlock, Policy, Rope};
 use crate::text::{HfTokenizer, Tokenizer};
 
@@ -61,16 +62,11 @@ pub enum HfError {
     },
 }
 
-/// A checkpoint ready for a run: the policy and its tokenizer (with chat turn markers).
-#[derive(Debug)]
-pub struct HfCheckpoint<B: Backend> {
-    /// The policy, with the checkpoint's weights.
-    pub policy: Policy<B>,
-    /// `tokenizer.json`, for [`crate::text::ChatFormat`].
-    pub tokenizer: Tokenizer,
-}
+/// A Hugging Face checkpoint ready for a run: the [`Pretrained`] policy and tokenizer that
+/// [`HfCheckpoint::load`] reads from a checkpoint directory.
+pub type HfCheckpoint<B> = Pretrained<B>;
 
-impl<B: Backend> HfCheckpoint<B> {
+impl<B: Backend> Pretrained<B> {
     /// Loads the checkpoint an experiment's `arch = qwen2 { weights = "DIR" }` or
     /// `llama { ... }` names; `declared` is the architecture the experiment declares, which
     /// the checkpoint's `config.json` must agree with.
@@ -101,7 +97,7 @@ impl<B: Backend> HfCheckpoint<B> {
                 policy.vocab
             )));
         }
-        Ok(HfCheckpoint { policy, tokenizer })
+        Ok(Pretrained { policy, tokenizer })
     }
 }
 
@@ -189,8 +185,9 @@ pub fn expected_tensors(config: &HfConfig) -> Vec<(String, Vec<usize>)> {
     out
 }
 
-/// Assembles the policy from tensors already checked by [`Weights::read`].
-fn build<B: Backend>(
+/// Assembles the policy from tensors already checked (present, shaped as
+/// [`expected_tensors`] says, finite): by [`Weights::read`], or by the GGUF loader.
+pub(crate) fn build<B: Backend>(
     config: &HfConfig,
     tensors: &mut HashMap<String, F32Tensor>,
     device: &B::Device,
