@@ -31,12 +31,9 @@ pub enum RunError {
     /// A state the runtime should never reach: a bug in Agentry, to be reported.
     #[error("internal error (please report it): {0}")]
     Internal(&'static str),
-    /// The experiment's Hugging Face model could not be loaded.
+    /// The experiment's pretrained model (Hugging Face or GGUF) could not be loaded.
     #[error("cannot load the model: {0}")]
-    Model(#[from] crate::model::hf::HfError),
-    /// The experiment's GGUF model could not be loaded.
-    #[error("cannot load the model: {0}")]
-    Gguf(#[from] crate::model::gguf::GgufError),
+    Model(#[from] crate::model::LoadError),
     /// The requested device is not compiled in or not present.
     #[error("device `{device}` is not available: {reason}")]
     Device {

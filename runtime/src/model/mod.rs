@@ -17,5 +17,5 @@ mod transformer;
 
 pub use generate::{Generation, Sampling, generate, generate_uncached};
 pub use kernels::{Kernels, TrainBackend};
-pub use pretrained::Pretrained;
+pub use pretrained::{LoadError, Pretrained};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};

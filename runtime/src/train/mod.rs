@@ -306,7 +306,8 @@ impl<B: TrainBackend> Trainer<B> {
         }
         match self.spec.pool.mode {
             spec::PoolMode::Sync => {
-                refresh_stale(&mut self, done);
+                let fresh = self.state.policy.valid();
+                refresh_stale(&mut self, &fresh, done);
                 self.rl_steps(&mut Synchronous, done, steps, &out)?;
             }
             spec::PoolMode::Async => std::thread::scope(|scope| {

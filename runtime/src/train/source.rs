@@ -43,15 +43,19 @@ pub(super) trait EpisodeSource<B: TrainBackend> {
     fn publish(&mut self, trainer: &mut Trainer<B>, step: u64, record: &mut RlRecord);
 }
 
-/// Cross-policy sampling: the stale engines take the policy of `version` every
+/// Cross-policy sampling: the stale engines take `fresh`, the policy of `version`, every
 /// `refresh_every` updates (and whenever they hold none); returns whether they did.
-pub(super) fn refresh_stale<B: TrainBackend>(trainer: &mut Trainer<B>, version: u64) -> bool {
+pub(super) fn refresh_stale<B: TrainBackend>(
+    trainer: &mut Trainer<B>,
+    fresh: &Policy<B::InnerBackend>,
+    version: u64,
+) -> bool {
     let pool = &trainer.spec.pool;
     let due = pool.cross_policy > 0.0
         && (trainer.state.stale.is_none() || refresh_due(version, pool.refresh_every));
     if due {
         trainer.state.stale = Some(Versioned {
-            weights: trainer.state.policy.valid(),
+            weights: fresh.clone(),
             version,
         });
     }
@@ -128,7 +132,8 @@ impl<B: TrainBackend> EpisodeSource<B> for Synchronous {
     }
 
     fn publish(&mut self, trainer: &mut Trainer<B>, step: u64, _record: &mut RlRecord) {
-        refresh_stale(trainer, step);
+        let fresh = trainer.state.policy.valid();
+        refresh_stale(trainer, &fresh, step);
     }
 }
 
@@ -205,10 +210,11 @@ impl<B: TrainBackend> Asynchronous<B> {
     ) -> Self {
         let (group_size, groups) = trainer.batch_shape();
         let workers = trainer.spec.pool.engines.max(1);
-        refresh_stale(trainer, done);
+        let fresh = trainer.state.policy.valid();
+        refresh_stale(trainer, &fresh, done);
         let board = Arc::new(Board::new(
             Versioned {
-                weights: trainer.state.policy.valid(),
+                weights: fresh,
                 version: done,
             },
             trainer.state.stale.clone(),
@@ -282,7 +288,7 @@ impl<B: TrainBackend> EpisodeSource<B> for Asynchronous<B> {
 
     fn publish(&mut self, trainer: &mut Trainer<B>, step: u64, record: &mut RlRecord) {
         let fresh = trainer.state.policy.valid();
-        let refreshed = refresh_stale(trainer, step);
+        let refreshed = refresh_stale(trainer, &fresh, step);
         self.board.publish(
             Versioned {
                 weights: fresh,

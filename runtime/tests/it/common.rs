@@ -106,6 +106,16 @@ pub fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// A JSON array of token ids (a reference fixture's), as ids.
+pub fn ids(value: &serde_json::Value) -> Vec<u32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
 /// The names of the entries of `dir`, sorted (so a listing compares as a list).
 pub fn entry_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use crate::common::{self, ids};
 use crate::pretrained;
 use agentry_runtime::model::gguf::{GgmlType, GgufError, Value, Writer};
 use agentry_runtime::model::{Pretrained, Sampling, generate};
@@ -31,17 +32,7 @@ fn smollm2() -> &'static Pretrained<B> {
 }
 
 fn reference() -> Json {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/smollm2.json");
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn ids(value: &Json) -> Vec<u32> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
+    common::json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/smollm2.json"))
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::common;
+use crate::common::{self, ids};
 use agentry_env::{Reset, ToolCall};
 use agentry_runtime::model::hf::{HfCheckpoint, HfConfig, HfError, ModelType, load_policy};
 use agentry_runtime::model::{Policy, Sampling, generate};
@@ -26,21 +26,11 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn reference(name: &str) -> Value {
-    let text = std::fs::read_to_string(fixture(name).join("reference.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    common::json(&fixture(name).join("reference.json"))
 }
 
 fn load(dir: &Path) -> Result<Policy<B>, HfError> {
     load_policy::<B>(dir, &Default::default()).map(|(_, policy)| policy)
-}
-
-fn ids(value: &Value) -> Vec<u32> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 /// Largest absolute difference between our logits of the reference batch and transformers'.

@@ -21,47 +21,19 @@ pub mod quant;
 pub mod tokenizer;
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::tensor::backend::Backend;
 
 pub use file::{GgmlType, GgufFile, TensorInfo, Value, Writer};
 
-use super::Pretrained;
 use super::hf::{F32Tensor, HfConfig, ModelType, RopeScaling, build, expected_tensors};
 use super::transformer::Policy;
+use super::{LoadError, Pretrained};
 use crate::text::Tokenizer;
 
-/// Why a GGUF file could not be loaded. Each variant names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum GgufError {
-    /// The file could not be read.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The file is malformed, or describes something this loader does not support.
-    #[error("{}: {reason}", path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// One tensor is missing, misshapen, of an unsupported type or not finite.
-    #[error("{}: tensor `{tensor}` {reason}", path.display())]
-    Tensor {
-        /// The file.
-        path: PathBuf,
-        /// The tensor's name in the file.
-        tensor: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
+/// Why a GGUF file could not be loaded: the loaders' shared [`LoadError`].
+pub type GgufError = LoadError;
 
 /// Reads and parses a GGUF file (header, metadata and tensor infos; the data is checked to
 /// lie inside the file but not decoded).

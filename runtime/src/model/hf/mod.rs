@@ -17,7 +17,7 @@ mod config;
 mod weights;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::module::Param;
 use burn::nn::{Embedding, Linear, RmsNorm};
@@ -27,40 +27,12 @@ use burn::tensor::{Tensor, TensorData};
 pub use config::{HfConfig, ModelType, RopeScaling};
 pub use weights::{F32Tensor, INDEX_FILE, SINGLE_FILE, Weights};
 
-use super::Pretrained;
 use super::transformer::{DecoderBlock, Policy, Rope};
+use super::{LoadError, Pretrained};
 use crate::text::{HfTokenizer, Tokenizer};
 
-/// Why a checkpoint could not be loaded. Each variant names the file concerned.
-#[derive(Debug, thiserror::Error)]
-pub enum HfError {
-    /// A file could not be read.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// A file is malformed or describes something this loader does not support.
-    #[error("{}: {reason}", path.display())]
-    Invalid {
-        /// The file (or the checkpoint directory, when a file is missing).
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// One tensor is missing, misshapen, of an unsupported type or not finite.
-    #[error("{}: tensor `{tensor}` {reason}", path.display())]
-    Tensor {
-        /// The file that holds (or should hold) the tensor.
-        path: PathBuf,
-        /// The tensor's name.
-        tensor: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
+/// Why a checkpoint could not be loaded: the loaders' shared [`LoadError`].
+pub type HfError = LoadError;
 
 /// A Hugging Face checkpoint ready for a run: the [`Pretrained`] policy and tokenizer that
 /// [`HfCheckpoint::load`] reads from a checkpoint directory.
