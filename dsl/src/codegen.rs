@@ -18,9 +18,9 @@ use quote::quote;
 
 use crate::spec::{
     AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Arch, BuiltinEnv, Clip, Credit, Device,
-    Difficulty, EnvRef, Eval, EvalDecoding, Experiment, Filter, Kl, KlEstimator, KlPlacement,
-    Model, Optimizer, Placement, Pool, PoolMode, Schedule, SftSource, Split, Stage, Sweep, Task,
-    Train, ValueHead, Warmup,
+    Difficulty, EnvRef, Eval, EvalDecoding, Experiment, Filter, Finetune, Kl, KlEstimator,
+    KlPlacement, Model, Optimizer, Placement, Pool, PoolMode, Schedule, SftSource, Split, Stage,
+    Sweep, Task, Train, ValueHead, Warmup,
 };
 
 /// The items for one experiment: a unit struct named after it and its `::agentry::Experiment`
@@ -253,11 +253,30 @@ fn model(model: &Model) -> TokenStream {
             ValueHead::Separate => "Separate",
         },
     );
+    let finetune = match &model.finetune {
+        Finetune::Full => variant("Finetune", "Full"),
+        Finetune::Lora(lora) => {
+            let (rank, alpha, dropout) = (size(lora.rank), float(lora.alpha), float(lora.dropout));
+            let targets = vec(lora
+                .targets
+                .iter()
+                .map(|t| variant("LoraTarget", &format!("{t:?}"))));
+            quote! {
+                ::agentry::spec::Finetune::Lora(::agentry::spec::Lora {
+                    rank: #rank,
+                    alpha: #alpha,
+                    dropout: #dropout,
+                    targets: #targets,
+                })
+            }
+        }
+    };
     quote! {
         ::agentry::spec::Model {
             name: #name,
             arch: #arch,
             value_head: #value_head,
+            finetune: #finetune,
         }
     }
 }

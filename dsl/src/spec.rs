@@ -61,6 +61,109 @@ pub struct Model {
     pub arch: Arch,
     /// Whether and how the policy has a value head (PPO needs one).
     pub value_head: ValueHead,
+    /// Which weights training changes: all of them, or low-rank adapters over a frozen base.
+    #[serde(default)]
+    pub finetune: Finetune,
+}
+
+/// `finetune = full | lora { ... }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Finetune {
+    /// Every weight is trained. The default.
+    #[default]
+    Full,
+    /// Low-rank adapters (LoRA) on chosen linear layers; the base weights stay frozen, so the
+    /// optimizer's state and the checkpoints cover the adapters alone.
+    Lora(Lora),
+}
+
+/// `finetune = lora { rank, alpha, dropout, targets }`: each targeted layer `W` computes
+/// `W x + (alpha / rank) · B A dropout(x)`, with `A` drawn as PEFT draws it and `B` zero, so
+/// training starts from the base model exactly.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Lora {
+    /// Rank of each adapter, >= 1. Default 16.
+    pub rank: usize,
+    /// Scale numerator: the update is multiplied by `alpha / rank`, > 0. Default 32.
+    pub alpha: f64,
+    /// Dropout on the adapters' input during training, in `[0, 1)`. Default 0.
+    pub dropout: f64,
+    /// The linear layers of every block that get an adapter, without repeats. Default all
+    /// seven.
+    pub targets: Vec<LoraTarget>,
+}
+
+impl Lora {
+    /// `rank` when left out.
+    pub const DEFAULT_RANK: usize = 16;
+    /// `alpha` when left out.
+    pub const DEFAULT_ALPHA: f64 = 32.0;
+    /// `dropout` when left out.
+    pub const DEFAULT_DROPOUT: f64 = 0.0;
+
+    /// The factor the adapters' product is scaled by, `alpha / rank`.
+    pub fn scale(&self) -> f64 {
+        self.alpha / self.rank as f64
+    }
+}
+
+impl Default for Lora {
+    /// `finetune = lora` with every key left out.
+    fn default() -> Self {
+        Lora {
+            rank: Self::DEFAULT_RANK,
+            alpha: Self::DEFAULT_ALPHA,
+            dropout: Self::DEFAULT_DROPOUT,
+            targets: LoraTarget::ALL.to_vec(),
+        }
+    }
+}
+
+/// A linear layer of a decoder block that LoRA can adapt; named as in the language.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoraTarget {
+    /// The query projection.
+    Q,
+    /// The key projection.
+    K,
+    /// The value projection.
+    V,
+    /// The attention output projection.
+    O,
+    /// The SwiGLU gate projection.
+    Gate,
+    /// The SwiGLU up projection.
+    Up,
+    /// The feed-forward down projection.
+    Down,
+}
+
+impl LoraTarget {
+    /// Every target, in block order.
+    pub const ALL: [LoraTarget; 7] = [
+        LoraTarget::Q,
+        LoraTarget::K,
+        LoraTarget::V,
+        LoraTarget::O,
+        LoraTarget::Gate,
+        LoraTarget::Up,
+        LoraTarget::Down,
+    ];
+
+    /// The name the language writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            LoraTarget::Q => "q",
+            LoraTarget::K => "k",
+            LoraTarget::V => "v",
+            LoraTarget::O => "o",
+            LoraTarget::Gate => "gate",
+            LoraTarget::Up => "up",
+            LoraTarget::Down => "down",
+        }
+    }
 }
 
 /// The network of a policy.

@@ -1381,3 +1381,75 @@ fn gguf_needs_a_file() {
     let d = error(&with("arch = transformer", "arch = ggfu"));
     assert_eq!(d.hint.as_deref(), Some("did you mean `gguf`?"));
 }
+
+#[test]
+fn lora_fine_tuning_takes_defaults_and_checks_each_key() {
+    use agentry_dsl::spec::{Finetune, Lora, LoraTarget};
+    let parse = |finetune: &str| {
+        let source = with(
+            "arch = transformer",
+            &format!("arch = transformer, {finetune}"),
+        );
+        check(&source).unwrap_or_else(|d| panic!("{}", d.render("m.arl", &source)))
+    };
+    assert_eq!(parse("finetune = full").model.finetune, Finetune::Full);
+    assert_eq!(
+        parse("finetune = lora").model.finetune,
+        Finetune::Lora(Lora::default())
+    );
+    let spec =
+        parse("finetune = lora { rank = 8, alpha = 16, dropout = 0.05, targets = [q, v, down] }");
+    let Finetune::Lora(lora) = &spec.model.finetune else {
+        panic!("not lora")
+    };
+    assert_eq!((lora.rank, lora.alpha, lora.dropout), (8, 16.0, 0.05));
+    assert_eq!(
+        lora.targets,
+        [LoraTarget::Q, LoraTarget::V, LoraTarget::Down]
+    );
+    assert_eq!(lora.scale(), 2.0);
+
+    let message = |finetune: &str| {
+        error(&with(
+            "arch = transformer",
+            &format!("arch = transformer, {finetune}"),
+        ))
+        .message
+    };
+    assert_eq!(
+        message("finetune = lora { rank = 0 }"),
+        "`rank` must be at least 1"
+    );
+    assert!(message("finetune = lora { alpha = 0 }").starts_with("`alpha` must be"));
+    assert!(message("finetune = lora { dropout = 1 }").starts_with("`dropout` must be"));
+    assert_eq!(
+        message("finetune = lora { targets = [] }"),
+        "`targets` is empty"
+    );
+    assert_eq!(
+        message("finetune = lora { targets = [q, q] }"),
+        "`q` is listed twice"
+    );
+    assert_eq!(
+        message("finetune = lora { targets = [query] }"),
+        "unknown value `query` for `targets`"
+    );
+    assert_eq!(message("finetune = lorra"), "unknown fine-tuning `lorra`");
+    let d = error(&with(
+        "arch = transformer",
+        "arch = transformer, finetune = lorra",
+    ));
+    assert!(d.hint.unwrap().contains("lora"));
+    assert_eq!(
+        message("finetune = full { rank = 4 }"),
+        "`full` takes no settings"
+    );
+    let d = errors(&with(
+        "arch = transformer",
+        "arch = transformer, value_head = separate, finetune = lora",
+    ))
+    .into_iter()
+    .find(|d| d.message == "a separate critic cannot be trained with `finetune = lora`")
+    .expect("the separate critic is refused");
+    assert!(d.hint.unwrap().contains("value_head = shared"));
+}

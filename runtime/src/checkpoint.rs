@@ -23,9 +23,15 @@
 //! u64 FNV-1a 64 of every byte before it
 //! ```
 //!
-//! Version 2 added the two critic sections, version 3 the stale engine's weights. A file of another version is refused with a
-//! message saying whether it is older or newer than this build; there is no migration (a
-//! version-1 file holds no PPO run, but its sections would be read out of place).
+//! Version 2 added the two critic sections, version 3 the stale engine's weights, version 4
+//! LoRA: with `finetune = lora` the weights and stale engine sections hold only what training
+//! changes (the adapters and a shared value head, [`crate::model::lora::Trainable`]), the
+//! reference section is empty (the reference is the base with the adapters off), and the
+//! header names the base model's digest, so a run resumed on a different base file is refused
+//! rather than continued with adapters trained for another model. This build reads versions 3
+//! and 4 (a version-3 file is a version-4 file without LoRA); a file of another version is
+//! refused with a message saying whether it is older or newer than this build; there is no
+//! migration (a version-1 file holds no PPO run, but its sections would be read out of place).
 //!
 //! Files are written atomically: to a temporary file in the same directory, synced, then
 //! renamed over the final name (and the directory synced), so a crash leaves either the
@@ -59,8 +65,10 @@ use crate::text::{Tokenizer, Transcript};
 
 /// The first bytes of every checkpoint file.
 const MAGIC: &[u8; 8] = b"AGNTCKPT";
-/// The layout version this build writes and reads (3: the stale engine section).
-pub const FORMAT_VERSION: u32 = 3;
+/// The layout version this build writes (4: LoRA's adapter-only weights and base digest).
+pub const FORMAT_VERSION: u32 = 4;
+/// The oldest layout version this build reads.
+const OLDEST_READABLE: u32 = 3;
 /// The sections after the preamble, in file order.
 const SECTIONS: [&str; 7] = [
     "header",
@@ -233,6 +241,9 @@ struct Header {
     /// Cross-policy sampling: the version of the stale engine's weights.
     #[serde(default)]
     stale_version: Option<u64>,
+    /// With LoRA over a pretrained model, the digest of its files ([`Snapshot::base`]).
+    #[serde(default)]
+    base: Option<String>,
 }
 
 /// The optimizer of a policy-shaped network (the policy, or PPO's separate critic).
@@ -277,6 +288,9 @@ pub struct Snapshot<'a, B: TrainBackend> {
     pub nonfinite_streak: u32,
     /// Cross-policy sampling: the stale engine's weights and their version.
     pub stale: Option<Versioned<&'a Policy<B::InnerBackend>>>,
+    /// With LoRA over a pretrained model, the digest of the base model's files: the
+    /// adapters mean something only on top of that base.
+    pub base: Option<&'a str>,
 }
 
 fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
@@ -309,18 +323,16 @@ impl<B: TrainBackend> Snapshot<'_, B> {
             monitor: self.monitor.clone(),
             nonfinite_streak: self.nonfinite_streak,
             stale_version: self.stale.map(|stale| stale.version),
+            base: self.base.map(str::to_string),
         };
         let header = serde_json::to_vec(&header).map_err(|e| failed(e.to_string()))?;
-        let weights = Recorder::<B>::record(&recorder(), self.policy.clone().into_record(), ())
-            .map_err(|e| failed(format!("weights: {e}")))?;
+        let weights = weight_bytes(self.policy).map_err(|e| failed(format!("weights: {e}")))?;
         let optimizer = optimizer_bytes(self.optimizer).map_err(|e| failed(e.to_string()))?;
-        let reference = match self.reference {
-            Some(reference) => Recorder::<B::InnerBackend>::record(
-                &recorder(),
-                reference.clone().into_record(),
-                (),
-            )
-            .map_err(|e| failed(format!("reference: {e}")))?,
+        // With LoRA the reference is the base with the adapters off: the base file has it.
+        let reference = match self.reference.filter(|_| self.policy.lora.is_none()) {
+            Some(reference) => {
+                weight_bytes(reference).map_err(|e| failed(format!("reference: {e}")))?
+            }
             None => Vec::new(),
         };
         let (critic, critic_optimizer) = match self.critic {
@@ -332,12 +344,9 @@ impl<B: TrainBackend> Snapshot<'_, B> {
             None => (Vec::new(), Vec::new()),
         };
         let stale = match self.stale {
-            Some(stale) => Recorder::<B::InnerBackend>::record(
-                &recorder(),
-                stale.weights.clone().into_record(),
-                (),
-            )
-            .map_err(|e| failed(format!("stale engine: {e}")))?,
+            Some(stale) => {
+                weight_bytes(stale.weights).map_err(|e| failed(format!("stale engine: {e}")))?
+            }
             None => Vec::new(),
         };
         let sections = [
@@ -372,6 +381,12 @@ impl<B: TrainBackend> Snapshot<'_, B> {
         })?;
         Ok(path)
     }
+}
+
+/// A policy's weights as a checkpoint section: all of them, or with LoRA only the part
+/// training changes ([`Policy::trainable`]).
+fn weight_bytes<B: Backend>(policy: &Policy<B>) -> Result<Vec<u8>, burn::record::RecorderError> {
+    policy.record_trained(&recorder(), ())
 }
 
 fn optimizer_bytes<B: TrainBackend>(
@@ -532,15 +547,15 @@ impl Checkpoint {
             ));
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
+        if !(OLDEST_READABLE..=FORMAT_VERSION).contains(&version) {
             let which = if version < FORMAT_VERSION {
                 "an older Agentry wrote it; resume it with that version, or start the run again"
             } else {
                 "a newer Agentry wrote it; resume it with that version or a later one"
             };
             return Err(corrupt(format!(
-                "format version {version}, but this build reads only version \
-                 {FORMAT_VERSION}: {which}"
+                "format version {version}, but this build reads only versions \
+                 {OLDEST_READABLE} to {FORMAT_VERSION}: {which}"
             )));
         }
         // Walk the sections, checking each length against what is there.
@@ -693,11 +708,14 @@ impl Checkpoint {
     }
 
     /// Checks that the checkpoint was written by this experiment: same name, same resolved
-    /// spec except `train.steps`, same task versions, and not past the run's last step.
+    /// spec except `train.steps`, same task versions, the same base model under LoRA
+    /// (`base_digest` is the digest of the model files now, see [`Snapshot::base`]), and not
+    /// past the run's last step.
     pub fn check_matches(
         &self,
         spec: &spec::Experiment,
         task_versions: &BTreeMap<String, String>,
+        base_digest: Option<&str>,
     ) -> Result<(), CheckpointError> {
         let mismatch = |reason: String| CheckpointError::Mismatch {
             path: self.path.clone(),
@@ -726,7 +744,17 @@ impl Checkpoint {
                 self.header.task_versions, task_versions
             )));
         }
+        if let Some(base) = &self.header.base
+            && base_digest != Some(base.as_str())
+        {
+            return Err(mismatch(format!(
+                "its adapters were trained on a base model with digest {base}, but the model \
+                 files are now {}; LoRA adapters belong to the base they were trained on",
+                base_digest.unwrap_or("not a pretrained model")
+            )));
+        }
         if spec.algorithm.kl.estimator.is_some()
+            && spec.model.finetune == spec::Finetune::Full
             && matches!(self.header.phase, Phase::Rl { .. })
             && self.reference.is_none()
         {
@@ -818,9 +846,9 @@ impl Checkpoint {
         device: &B::Device,
     ) -> Result<Policy<B>, CheckpointError> {
         let expected = shapes(&policy);
-        let record = Recorder::<B>::load(&recorder(), bytes.to_vec(), device)
+        let loaded = policy
+            .load_trained(&recorder(), bytes.to_vec(), device)
             .map_err(|e| self.corrupt(format!("{what}: {e}")))?;
-        let loaded = policy.load_record(record);
         let found = shapes(&loaded);
         if found != expected {
             return Err(self.corrupt(format!(

@@ -22,10 +22,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use agentry_dsl::spec::{self, Arch, Device, ValueHead};
+use agentry_dsl::spec::{self, Device};
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::{Step, TaskGenerator};
-use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::SeedableRng;
@@ -35,8 +34,8 @@ use crate::checkpoint::{Checkpoint, Phase};
 use crate::device::{self, OnBackend};
 use crate::error::RunError;
 use crate::model::Kernels;
+use crate::model::Origin;
 use crate::model::TrainBackend;
-use crate::model::hf::{HfCheckpoint, ModelType};
 use crate::model::{Generation, Policy, PolicyConfig, Sampling, generate};
 use crate::rollout::{Episode, EpisodeSpec, TurnEnd, failed, finish, reply_call, start, unparsed};
 use crate::tasks::RemoteTasks;
@@ -393,36 +392,22 @@ impl Weights {
         vocab: usize,
         device: &B::Device,
     ) -> Result<Policy<B>, ReplayError> {
-        let mut policy = match &spec.model.arch {
-            Arch::Transformer(arch) => PolicyConfig::from_arch(arch, vocab).init(device),
-            Arch::Qwen2 { weights } => {
-                HfCheckpoint::load(Path::new(weights), ModelType::Qwen2, device)
-                    .map_err(RunError::from)?
-                    .policy
-            }
-            Arch::Llama { weights } => {
-                HfCheckpoint::load(Path::new(weights), ModelType::Llama, device)
-                    .map_err(RunError::from)?
-                    .policy
-            }
-            Arch::Gguf { file } => {
-                crate::model::Pretrained::from_gguf(Path::new(file), device)
-                    .map_err(RunError::from)?
-                    .policy
-            }
-        };
-        if spec.model.value_head == ValueHead::Shared {
-            policy = policy.with_value_head();
+        // Seeded as the run seeded it: with LoRA, a from-scratch base is not in the files.
+        B::seed(device, spec.seed);
+        let policy = match Origin::of(&spec.model.arch, device).map_err(RunError::from)? {
+            Origin::Scratch(arch) => PolicyConfig::from_arch(arch, vocab).init(device),
+            Origin::Pretrained(pretrained) => pretrained.policy,
         }
+        .as_declared(&spec.model);
         let fail = |reason: String| ReplayError::RunFile {
             path: self.path().to_path_buf(),
             reason,
         };
         match self {
             Weights::Final(path) => policy
-                .load_file(
-                    path.clone(),
+                .load_trained(
                     &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+                    path.clone(),
                     device,
                 )
                 .map_err(|e| fail(e.to_string())),

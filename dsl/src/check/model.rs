@@ -1,8 +1,10 @@
-//! `model NAME { arch = ..., value_head = ... }`.
+//! `model NAME { arch = ..., value_head = ..., finetune = ... }`.
 
 use crate::ast::{Block, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
-use crate::spec::{Arch, Model, TransformerArch, ValueHead};
+use crate::spec::{Arch, Finetune, Lora, LoraTarget, Model, TransformerArch, ValueHead};
+
+use super::table::Interval;
 
 use super::{Checker, Section};
 
@@ -11,7 +13,7 @@ const ARCHS: &[&str] = &["transformer", "qwen2", "llama", "gguf"];
 impl Checker {
     pub(super) fn model(&mut self, section: Section<'_>) -> Option<Model> {
         let name = section.name?.name.clone();
-        let table = self.table(section.body, "model", &["arch", "value_head"]);
+        let table = self.table(section.body, "model", &["arch", "value_head", "finetune"]);
         let arch = match table.get("arch") {
             Some(value) => self.arch(value),
             None => Some(Arch::default()),
@@ -28,11 +30,142 @@ impl Checker {
             ),
             None => Some(ValueHead::default()),
         };
+        let finetune = match table.get("finetune") {
+            Some(value) => self.finetune(value),
+            None => Some(Finetune::default()),
+        };
+        if let (Some(Finetune::Lora(_)), Some(ValueHead::Separate)) = (&finetune, value_head) {
+            let span = table
+                .get("value_head")
+                .map_or(section.body.span, |v| v.span);
+            self.error(
+                Diagnostic::new(
+                    span,
+                    "a separate critic cannot be trained with `finetune = lora`",
+                    "a second full network",
+                )
+                .with_hint(
+                    "LoRA keeps one frozen base; write `value_head = shared` for a value head \
+                     on it",
+                ),
+            );
+        }
         Some(Model {
             name,
             arch: arch?,
             value_head: value_head?,
+            finetune: finetune?,
         })
+    }
+
+    /// `full`, `lora` or `lora { rank, alpha, dropout, targets }`.
+    fn finetune(&mut self, value: &Value) -> Option<Finetune> {
+        const EXPECTED: &str = "`full` or `lora { rank = ... }`";
+        let empty = Block {
+            items: Vec::new(),
+            span: value.span,
+        };
+        let (head, body) = match &value.kind {
+            ValueKind::Ident(_) => (value, &empty),
+            ValueKind::Ctor { head, body } => (head.as_ref(), body),
+            _ => {
+                self.wrong_type("finetune", value, EXPECTED);
+                return None;
+            }
+        };
+        match &head.kind {
+            ValueKind::Ident(n) if n == "full" && body.items.is_empty() => {
+                return Some(Finetune::Full);
+            }
+            ValueKind::Ident(n) if n == "full" => {
+                self.error(Diagnostic::new(
+                    body.span,
+                    "`full` takes no settings",
+                    "settings of nothing",
+                ));
+                return None;
+            }
+            ValueKind::Ident(n) if n == "lora" => {}
+            ValueKind::Ident(n) => {
+                let hint = suggest(n, ["full", "lora"])
+                    .unwrap_or_else(|| format!("`finetune` is {EXPECTED}"));
+                self.error(
+                    Diagnostic::new(
+                        head.span,
+                        format!("unknown fine-tuning `{n}`"),
+                        "not `full` or `lora`",
+                    )
+                    .with_hint(hint),
+                );
+                return None;
+            }
+            _ => {
+                self.wrong_type("finetune", head, EXPECTED);
+                return None;
+            }
+        }
+        let table = self.table(body, "lora", &["rank", "alpha", "dropout", "targets"]);
+        let rank = match table.get("rank") {
+            Some(v) => self.size("rank", v, 1),
+            None => Some(Lora::DEFAULT_RANK),
+        };
+        let alpha = match table.get("alpha") {
+            Some(v) => self.number_in("alpha", v, Interval::above(0.0)),
+            None => Some(Lora::DEFAULT_ALPHA),
+        };
+        let dropout = match table.get("dropout") {
+            Some(v) => self.number_in("dropout", v, Interval::new(0.0, false, 1.0, true)),
+            None => Some(Lora::DEFAULT_DROPOUT),
+        };
+        let targets = match table.get("targets") {
+            Some(v) => self.lora_targets(v),
+            None => Some(LoraTarget::ALL.to_vec()),
+        };
+        Some(Finetune::Lora(Lora {
+            rank: rank?,
+            alpha: alpha?,
+            dropout: dropout?,
+            targets: targets?,
+        }))
+    }
+
+    /// `targets = [q, v, ...]`: known layer names, at least one, none twice.
+    fn lora_targets(&mut self, value: &Value) -> Option<Vec<LoraTarget>> {
+        let names: Vec<&str> = LoraTarget::ALL.iter().map(|t| t.name()).collect();
+        let ValueKind::List(items) = &value.kind else {
+            self.wrong_type(
+                "targets",
+                value,
+                &format!("a list of layers ({})", one_of(&names)),
+            );
+            return None;
+        };
+        if items.is_empty() {
+            self.error(
+                Diagnostic::new(value.span, "`targets` is empty", "no layer to adapt")
+                    .with_hint(format!("list some of {}", one_of(&names))),
+            );
+            return None;
+        }
+        let choices: Vec<(&str, LoraTarget)> =
+            LoraTarget::ALL.iter().map(|&t| (t.name(), t)).collect();
+        let mut targets = Vec::new();
+        let mut ok = true;
+        for item in items {
+            match self.choice("targets", item, &choices) {
+                Some(t) if targets.contains(&t) => {
+                    self.error(Diagnostic::new(
+                        item.span,
+                        format!("`{}` is listed twice", t.name()),
+                        "listed again here",
+                    ));
+                    ok = false;
+                }
+                Some(t) => targets.push(t),
+                None => ok = false,
+            }
+        }
+        ok.then_some(targets)
     }
 
     /// `transformer`, `transformer { ... }`, `qwen2 { weights = "..." }`, `llama { ... }`,

@@ -12,10 +12,11 @@ mod generate;
 pub mod gguf;
 pub mod hf;
 pub mod kernels;
+pub mod lora;
 mod pretrained;
 mod transformer;
 
 pub use generate::{Generation, Sampling, generate, generate_uncached};
 pub use kernels::{Kernels, TrainBackend};
-pub use pretrained::{LoadError, Pretrained};
+pub use pretrained::{LoadError, Origin, Pretrained, base_digest};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};

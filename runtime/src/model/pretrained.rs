@@ -1,6 +1,10 @@
 //! A pretrained model ready for a run, whichever format it came from.
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use agentry_dsl::spec::{Arch, TransformerArch};
+use sha2::{Digest, Sha256};
 
 use burn::tensor::backend::Backend;
 
@@ -16,6 +20,34 @@ pub struct Pretrained<B: Backend> {
     pub policy: Policy<B>,
     /// The model's tokenizer, for [`crate::text::ChatFormat`].
     pub tokenizer: Tokenizer,
+}
+
+/// Where an experiment's policy comes from: what a run and a replay both build it from.
+pub enum Origin<'a, B: Backend> {
+    /// `arch = transformer { ... }`: initialized from the seed, with a tokenizer trained on
+    /// the tasks' text.
+    Scratch(&'a TransformerArch),
+    /// `arch = qwen2/llama { weights = ... }` (a Hugging Face checkpoint) or `gguf { file =
+    /// ... }`: a pretrained model with its tokenizer.
+    Pretrained(Box<Pretrained<B>>),
+}
+
+impl<'a, B: Backend> Origin<'a, B> {
+    /// The origin `arch` declares, with a pretrained model loaded.
+    pub fn of(arch: &'a Arch, device: &B::Device) -> Result<Self, LoadError> {
+        use super::hf::ModelType;
+        let pretrained = match arch {
+            Arch::Transformer(arch) => return Ok(Origin::Scratch(arch)),
+            Arch::Qwen2 { weights } => {
+                Pretrained::load(Path::new(weights), ModelType::Qwen2, device)?
+            }
+            Arch::Llama { weights } => {
+                Pretrained::load(Path::new(weights), ModelType::Llama, device)?
+            }
+            Arch::Gguf { file } => Pretrained::from_gguf(Path::new(file), device)?,
+        };
+        Ok(Origin::Pretrained(Box::new(pretrained)))
+    }
 }
 
 /// Why a pretrained model (a Hugging Face checkpoint or a GGUF file) could not be loaded. Each
@@ -48,4 +80,54 @@ pub enum LoadError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// The SHA-256 of a pretrained model's weight files, as `sha256:HEX`: the GGUF file, or a
+/// Hugging Face directory's `*.safetensors` files in name order (names included). `None` for a
+/// model built from the seed, which the experiment itself pins down.
+///
+/// LoRA checkpoints record it: adapters mean something only on the base they were trained on.
+pub fn base_digest(arch: &Arch) -> Result<Option<String>, LoadError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| LoadError::Io { path, source }
+    };
+    let files = match arch {
+        Arch::Transformer(_) => return Ok(None),
+        Arch::Gguf { file } => vec![PathBuf::from(file)],
+        Arch::Qwen2 { weights } | Arch::Llama { weights } => {
+            let dir = Path::new(weights);
+            let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map_err(io(dir))?
+                .map(|entry| entry.map(|e| e.path()))
+                .collect::<Result<_, _>>()
+                .map_err(io(dir))?;
+            files.retain(|p| p.extension().is_some_and(|e| e == "safetensors"));
+            files.sort();
+            files
+        }
+    };
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    for path in &files {
+        if files.len() > 1 {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            hasher.update((name.len() as u64).to_le_bytes());
+            hasher.update(name.as_bytes());
+        }
+        let mut file = std::fs::File::open(path).map_err(io(path))?;
+        loop {
+            let n = file.read(&mut buffer).map_err(io(path))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buffer[..n]);
+        }
+    }
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(Some(format!("sha256:{hex}")))
 }

@@ -8,6 +8,8 @@ use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use super::kernels::{self, AttentionMask, HeadWeight, Kernels};
+use super::lora::Lora;
+use agentry_dsl::spec::LoraTarget;
 
 /// Base of the rotary position embedding frequencies.
 const ROPE_THETA: f64 = 10_000.0;
@@ -134,6 +136,7 @@ impl PolicyConfig {
             norm: RmsNormConfig::new(self.d_model).init(device),
             head: (!self.tie_embeddings).then(|| linear(self.d_model, self.vocab, INIT_STD)),
             value: None,
+            lora: None,
             vocab: self.vocab,
             context: self.context,
             head_dim: hd,
@@ -305,19 +308,47 @@ impl<B: Backend> Positions<B> {
     }
 }
 
+/// Block `index` of a policy with its adapters, if it has any: what runs a linear layer.
+struct Adapted<'a, B: Backend> {
+    lora: Option<&'a Lora<B>>,
+    index: usize,
+}
+
+impl<B: Kernels> Adapted<'_, B> {
+    /// `layer` (the block's `target`) on `[batch, len, d]` as one `[batch * len, d]` product,
+    /// plus its adapter's contribution: burn's `Linear` on a rank-3 input multiplies batch by
+    /// batch, so a decode step (`len` 1) would read the whole weight once per sequence.
+    fn rows(&self, layer: &Linear<B>, target: LoraTarget, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [b, t, d] = x.dims();
+        let x = x.reshape([b * t, d]);
+        let delta = self
+            .lora
+            .and_then(|lora| lora.delta(self.index, target, &x));
+        let y = kernels::linear(layer, x);
+        let y = match delta {
+            Some(delta) => y + delta,
+            None => y,
+        };
+        let out = y.dims()[1];
+        y.reshape([b, t, out])
+    }
+}
+
 impl<B: Kernels> DecoderBlock<B> {
     fn forward(
         &self,
         x: Tensor<B, 3>,
         pos: &Positions<B>,
         cache: Option<&mut LayerCache<B>>,
+        adapted: Adapted<'_, B>,
     ) -> Tensor<B, 3> {
         let [b, t, _] = x.dims();
         let (h, kvh, hd) = (self.heads, self.kv_heads, self.head_dim);
+        let rows = |layer, target, x| adapted.rows(layer, target, x);
         let normed = kernels::rms_norm(x.clone(), &self.attn_norm);
-        let q = rows(&self.q, normed.clone()).reshape([b, t, h, hd]);
-        let k = rows(&self.k, normed.clone()).reshape([b, t, kvh, hd]);
-        let mut v = rows(&self.v, normed).reshape([b, t, kvh, hd]);
+        let q = rows(&self.q, LoraTarget::Q, normed.clone()).reshape([b, t, h, hd]);
+        let k = rows(&self.k, LoraTarget::K, normed.clone()).reshape([b, t, kvh, hd]);
+        let mut v = rows(&self.v, LoraTarget::V, normed).reshape([b, t, kvh, hd]);
         let q = kernels::rope(q, &pos.cos, &pos.sin);
         let mut k = kernels::rope(k, &pos.cos, &pos.sin);
         let mut mask = pos.mask.clone();
@@ -327,21 +358,14 @@ impl<B: Kernels> DecoderBlock<B> {
             mask.kv_len = Some(len);
         }
         let attn = kernels::attention(q, k, v, &mask).reshape([b, t, h * hd]);
-        let x = x + rows(&self.out, attn);
+        let x = x + rows(&self.out, LoraTarget::O, attn);
         let normed = kernels::rms_norm(x.clone(), &self.ffn_norm);
-        let gated = kernels::swiglu(rows(&self.gate, normed.clone()), rows(&self.up, normed));
-        x + rows(&self.down, gated)
+        let gated = kernels::swiglu(
+            rows(&self.gate, LoraTarget::Gate, normed.clone()),
+            rows(&self.up, LoraTarget::Up, normed),
+        );
+        x + rows(&self.down, LoraTarget::Down, gated)
     }
-}
-
-/// A linear layer on `[batch, len, d]` as one `[batch * len, d]` product: burn's `Linear` on a
-/// rank-3 input multiplies batch by batch, so a decode step (`len` 1) would read the whole
-/// weight once per sequence.
-fn rows<B: Kernels>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let [b, t, d] = x.dims();
-    let y = kernels::linear(layer, x.reshape([b * t, d]));
-    let out = y.dims()[1];
-    y.reshape([b, t, out])
 }
 
 /// Which outputs [`Policy::score`] computes.
@@ -398,6 +422,9 @@ pub struct Policy<B: Backend> {
     /// Value head, PPO's critic on this trunk: `Linear(d_model -> 1)` on the final-normed hidden
     /// states. `None` unless added with [`Policy::with_value_head`].
     pub value: Option<Linear<B>>,
+    /// Low-rank adapters over the frozen blocks (`finetune = lora`); `None` unless added with
+    /// [`Policy::with_lora`].
+    pub lora: Option<Lora<B>>,
     /// Vocabulary size.
     pub vocab: usize,
     /// Longest sequence handled.
@@ -426,7 +453,11 @@ impl<B: Kernels> Policy<B> {
         let mut x = self.embed.forward(tokens);
         for (i, block) in self.blocks.iter().enumerate() {
             let cache = caches.as_deref_mut().map(|c| &mut c[i]);
-            x = block.forward(x, pos, cache);
+            let adapted = Adapted {
+                lora: self.lora.as_ref(),
+                index: i,
+            };
+            x = block.forward(x, pos, cache, adapted);
         }
         self.norm.forward(x)
     }
@@ -500,6 +531,22 @@ impl<B: Kernels> Policy<B> {
     ) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let scores = self.score(tokens, scored, temperature, Want::Policy);
         (scores.logprobs, scores.entropy)
+    }
+
+    /// This policy as the experiment's `model` block trains it: with a shared value head and
+    /// LoRA adapters when it declares them. A shared-trunk critic is part of the policy from
+    /// the start, so the optimizer and every checkpoint cover it (the warm-up's loss never
+    /// reads it). Adapters are drawn from the backend's RNG: seed it first.
+    pub fn as_declared(self, model: &agentry_dsl::spec::Model) -> Self {
+        use agentry_dsl::spec::{Finetune, ValueHead};
+        let policy = match model.value_head {
+            ValueHead::Shared => self.with_value_head(),
+            ValueHead::None | ValueHead::Separate => self,
+        };
+        match &model.finetune {
+            Finetune::Lora(lora) => policy.with_lora(lora),
+            Finetune::Full => policy,
+        }
     }
 
     /// This policy with a value head `Linear(d_model -> 1)` (with bias), all zeros: every

@@ -22,7 +22,7 @@ use agentry_dsl::spec::{self, Device};
 use agentry_dsl::{Checked, OverrideError};
 use agentry_env::TaskGenerator;
 use agentry_env::controller::Controller;
-use burn::module::{AutodiffModule, Module};
+use burn::module::AutodiffModule;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 
 use crate::checkpoint::{Checkpoint, Phase};
@@ -199,6 +199,8 @@ struct Job {
     task_versions: BTreeMap<String, String>,
     /// The checkpoint to resume from, already matched against the experiment.
     resume: Option<Checkpoint>,
+    /// With LoRA over a pretrained model, the digest of its files (checkpoints record it).
+    base_digest: Option<String>,
     options: RunOptions,
     device_name: String,
     /// The sweep configuration's label (`base` outside a sweep), for a fresh run directory.
@@ -221,11 +223,15 @@ impl Job {
             .zip(&tasks)
             .map(|(task, generator)| (task.name.clone(), generator.version().to_string()))
             .collect();
+        let base_digest = match spec.model.finetune {
+            spec::Finetune::Lora(_) => crate::model::base_digest(&spec.model.arch)?,
+            spec::Finetune::Full => None,
+        };
         // A checkpoint is read and matched before any work, so a bad one costs nothing.
         let resume = match &options.resume {
             Some(path) => {
                 let checkpoint = Checkpoint::read(&Checkpoint::locate(path)?)?;
-                checkpoint.check_matches(&spec, &task_versions)?;
+                checkpoint.check_matches(&spec, &task_versions, base_digest.as_deref())?;
                 checkpoint.run_dir()?;
                 Some(checkpoint)
             }
@@ -236,6 +242,7 @@ impl Job {
             tasks,
             task_versions,
             resume,
+            base_digest,
             options: options.clone(),
             device_name: String::new(),
             config: config.to_string(),
@@ -273,6 +280,8 @@ struct Trainer<B: TrainBackend> {
     warmup_key: Option<String>,
     /// The run whose shared warm-up this one started from.
     warmup_from: Option<PathBuf>,
+    /// With LoRA over a pretrained model, the digest of its files (checkpoints record it).
+    base_digest: Option<String>,
     /// Everything the run mutates.
     state: RunState<B>,
     run_dir: RunDir,
@@ -377,9 +386,11 @@ impl<B: TrainBackend> Trainer<B> {
                 from.display()
             ));
         }
-        // The KL reference is the policy as RL starts; a resumed run has it from its checkpoint.
+        // The KL reference is the policy as RL starts, with any adapters off: with LoRA that
+        // is the frozen base, which shares its weights instead of copying them (and which a
+        // resumed run rebuilds here); otherwise a resumed run has it from its checkpoint.
         if self.spec.algorithm.kl.estimator.is_some() && self.state.reference.is_none() {
-            self.state.reference = Some(self.state.policy.valid());
+            self.state.reference = Some(self.state.policy.valid().without_lora());
         }
         // So is a separate critic: a copy of the policy (after the warm-up) with a value head.
         if self.separate_critic() && self.state.critic.is_none() {
@@ -409,6 +420,7 @@ impl<B: TrainBackend> Trainer<B> {
             after_rl.describe()
         ));
         self.save_weights("policy")?;
+        self.export_adapter()?;
         let after_warmup = self.state.after_warmup.clone();
         let summary = RunSummary {
             run_dir: self.run_dir.path().to_path_buf(),
@@ -530,18 +542,34 @@ impl<B: TrainBackend> Trainer<B> {
             task_versions: &self.task_versions,
             tokenizer: self.chat.tokenizer(),
             metrics_len: self.run_dir.metrics_len()?,
+            base_digest: self.base_digest.as_deref(),
         };
         self.state.save(dir, identity)
+    }
+
+    /// With LoRA, the final adapters as PEFT writes them, in `adapter/` of the run directory,
+    /// for `PeftModel.from_pretrained` on the base model.
+    fn export_adapter(&self) -> Result<(), RunError> {
+        let Some(lora) = &self.state.policy.lora else {
+            return Ok(());
+        };
+        let base = match &self.spec.model.arch {
+            spec::Arch::Gguf { file } => file.as_str(),
+            spec::Arch::Qwen2 { weights } | spec::Arch::Llama { weights } => weights.as_str(),
+            spec::Arch::Transformer(_) => "",
+        };
+        let dir = self.run_dir.path().join("adapter");
+        crate::model::lora::save_peft(lora, base, &dir)
+            .map_err(|source| RunError::Io { path: dir, source })
     }
 
     fn save_weights(&self, name: &str) -> Result<(), RunError> {
         let path = self.run_dir.path().join(name);
         self.state
             .policy
-            .clone()
-            .save_file(
-                path.clone(),
+            .record_trained(
                 &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+                path.clone(),
             )
             .map_err(|e| RunError::Io {
                 path,

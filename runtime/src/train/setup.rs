@@ -2,10 +2,8 @@
 //! the oracle demonstrations, the state (fresh, resumed from a checkpoint, or taken from a
 //! warm-up another run shared) and the run directory.
 
-use std::path::Path;
 use std::sync::Arc;
 
-use agentry_dsl::spec::{self, ValueHead};
 use agentry_env::controller::{Controller, ControllerConfig};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -17,8 +15,7 @@ use crate::curriculum::{Curriculum, training_draw};
 use crate::device;
 use crate::error::RunError;
 use crate::metrics::{RunConfig, RunDir};
-use crate::model::hf::{HfCheckpoint, ModelType};
-use crate::model::{Kernels, PolicyConfig, Pretrained, TrainBackend};
+use crate::model::{Origin, PolicyConfig, TrainBackend};
 use crate::rollout::{EpisodeSpec, demonstration, oracle_text};
 use crate::text::{ChatFormat, Tokenizer, Transcript};
 
@@ -28,16 +25,6 @@ pub const TOKENIZER_VOCAB: usize = 2048;
 /// Oracle episodes the tokenizer is trained on when there is no warm-up (with one, its
 /// `demonstrations`). The runtime's own choice, not a key of the language.
 const TOKENIZER_EPISODES_WITHOUT_WARMUP: usize = 64;
-
-/// Where a run's policy and tokenizer come from.
-enum Loaded<'a, B: Kernels> {
-    /// `arch = transformer { ... }`: initialized from the seed, with a tokenizer trained on
-    /// the tasks' text.
-    Scratch(&'a spec::TransformerArch),
-    /// `arch = qwen2/llama { weights = ... }` (a Hugging Face checkpoint) or `gguf { file =
-    /// ... }`: a pretrained model with its tokenizer.
-    Checkpoint(Box<Pretrained<B>>),
-}
 
 impl<B: TrainBackend> Trainer<B> {
     /// `engine_devices` overrides the file's `placement` (see [`run_on_devices`]).
@@ -51,30 +38,16 @@ impl<B: TrainBackend> Trainer<B> {
             tasks,
             task_versions,
             resume,
+            base_digest,
             options,
             device_name,
             config,
         } = job;
         // A pretrained model brings its policy and tokenizer; otherwise both are built.
-        let loaded = match &spec.model.arch {
-            spec::Arch::Transformer(arch) => Loaded::Scratch(arch),
-            spec::Arch::Qwen2 { weights } => Loaded::Checkpoint(Box::new(HfCheckpoint::load(
-                Path::new(weights),
-                ModelType::Qwen2,
-                &device,
-            )?)),
-            spec::Arch::Llama { weights } => Loaded::Checkpoint(Box::new(HfCheckpoint::load(
-                Path::new(weights),
-                ModelType::Llama,
-                &device,
-            )?)),
-            spec::Arch::Gguf { file } => {
-                Loaded::Checkpoint(Box::new(Pretrained::from_gguf(Path::new(file), &device)?))
-            }
-        };
+        let loaded = Origin::of(&spec.model.arch, &device)?;
         let context = match &loaded {
-            Loaded::Scratch(arch) => arch.context,
-            Loaded::Checkpoint(checkpoint) => checkpoint.policy.context,
+            Origin::Scratch(arch) => arch.context,
+            Origin::Pretrained(checkpoint) => checkpoint.policy.context,
         };
         let engine_devices = match engine_devices {
             Some(devices) => devices,
@@ -95,8 +68,8 @@ impl<B: TrainBackend> Trainer<B> {
         let tokenizer = match (&resume, &loaded) {
             // The weights were trained with the checkpoint's tokenizer (ours or the model's).
             (Some(resume), _) => resume.tokenizer().clone(),
-            (None, Loaded::Checkpoint(checkpoint)) => checkpoint.tokenizer.clone(),
-            (None, Loaded::Scratch(_)) => {
+            (None, Origin::Pretrained(checkpoint)) => checkpoint.tokenizer.clone(),
+            (None, Origin::Scratch(_)) => {
                 let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
                 for draw in &demo_draws {
                     let mut env =
@@ -122,17 +95,13 @@ impl<B: TrainBackend> Trainer<B> {
             .collect();
 
         B::seed(&device, spec.seed);
-        let mut policy = match loaded {
-            Loaded::Checkpoint(checkpoint) => checkpoint.policy,
-            Loaded::Scratch(arch) => {
+        let policy = match loaded {
+            Origin::Pretrained(checkpoint) => checkpoint.policy,
+            Origin::Scratch(arch) => {
                 PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device)
             }
         };
-        // A shared-trunk critic is part of the policy from the start, so the optimizer and
-        // every checkpoint cover it; the warm-up leaves it as it is (its loss never reads it).
-        if spec.model.value_head == ValueHead::Shared {
-            policy = policy.with_value_head();
-        }
+        let policy = policy.as_declared(&spec.model);
         let mut state = RunState::fresh(policy, &spec, rng);
         // A warm-up another run of this invocation trained identically is taken as it ended,
         // exactly as a resumed run takes its checkpoint.
@@ -217,6 +186,7 @@ impl<B: TrainBackend> Trainer<B> {
             engine_devices,
             warmup_key,
             warmup_from: shared.map(|entry| entry.trained_by),
+            base_digest,
             state,
             run_dir,
             saved,

@@ -56,6 +56,8 @@ pub(super) struct Identity<'a> {
     pub tokenizer: &'a Tokenizer,
     /// Bytes of `metrics.jsonl` written so far.
     pub metrics_len: u64,
+    /// With LoRA over a pretrained model, the digest of its files.
+    pub base_digest: Option<&'a str>,
 }
 
 impl<B: TrainBackend> RunState<B> {
@@ -138,6 +140,7 @@ impl<B: TrainBackend> RunState<B> {
             monitor: &self.monitor,
             nonfinite_streak: self.nonfinite_streak,
             stale: self.stale.as_ref().map(Versioned::borrowed),
+            base: identity.base_digest,
         }
         .save(dir)?;
         Ok(path)

@@ -3,7 +3,8 @@
 use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
-use rand::Rng;
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use agentry_dsl::spec::{self, AlgorithmKind, KlPlacement, SftSource, ValueHead};
 
@@ -23,6 +24,10 @@ use crate::text::Transcript;
 /// Transcripts scored together in an RL update: sorted by length, so each bucket pads little.
 pub const LENGTH_BUCKET: usize = 8;
 
+/// The ChaCha stream of the run's seed that LoRA dropout's per-update seeds come from
+/// (evaluation uses its own seed; training's RNG is stream 0).
+const DROPOUT_STREAM: u64 = 0xd20f;
+
 impl<B: TrainBackend> Trainer<B> {
     /// Behaviour cloning of the oracle demonstrations, from warm-up step `done + 1`.
     pub(super) fn warmup(&mut self, warmup: &spec::Warmup, done: u64) -> Result<(), RunError> {
@@ -36,6 +41,7 @@ impl<B: TrainBackend> Trainer<B> {
                 .map(|_| &self.demos[self.state.rng.random_range(0..self.demos.len())])
                 .collect();
             let batch = self.padded::<B>(&batch);
+            self.seed_dropout(Phase::Warmup { step });
             let loss = batch.nll(&self.state.policy);
             let descent = self.apply(loss, warmup.lr);
             let record = match self.survive(descent, Update::Warmup { step })? {
@@ -167,6 +173,7 @@ impl<B: TrainBackend> Trainer<B> {
         let algorithm = self.spec.algorithm.clone();
         let group_size = algorithm.group_size.max(1);
         let update_started = std::time::Instant::now();
+        self.seed_dropout(Phase::Rl { step });
         let episodes: Vec<&Episode> = examples.iter().map(|e| &e.episode).collect();
         let batch = self.rl_tensors(&episodes, advantages);
         let width = batch.width;
@@ -298,6 +305,26 @@ impl<B: TrainBackend> Trainer<B> {
         }
         record.update_seconds = update_started.elapsed().as_secs_f64();
         Ok(record)
+    }
+
+    /// With LoRA dropout, reseeds the backend's RNG, which burn's dropout draws its
+    /// masks from, from the run's seed and `update`: each update's masks are then a function
+    /// of the seed and the step, and a resumed run draws the ones the uninterrupted run drew.
+    fn seed_dropout(&self, update: Phase) {
+        let spec::Finetune::Lora(lora) = &self.spec.model.finetune else {
+            return;
+        };
+        if lora.dropout == 0.0 {
+            return;
+        }
+        let (kind, step) = match update {
+            Phase::Warmup { step } => (0, step),
+            Phase::Rl { step } => (1, step),
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(self.spec.seed);
+        rng.set_stream(DROPOUT_STREAM);
+        rng.set_word_pos((u128::from(step) * 2 + kind) * 2);
+        B::seed(&self.device, rng.next_u64());
     }
 
     /// Backward, clip, optimizer step of the policy, unless the update is not finite

@@ -549,7 +549,7 @@ fn corrupt_checkpoints_are_rejected() {
     bytes[8] = 9;
     expect(
         &bytes,
-        "format version 9, but this build reads only version 3: a newer Agentry",
+        "format version 9, but this build reads only versions 3 to 4: a newer Agentry",
     );
     // Versions 1 and 2 lack later sections: refused as older, not read out of place.
     for old in [1, 2] {
@@ -557,9 +557,22 @@ fn corrupt_checkpoints_are_rejected() {
         bytes[8] = old;
         expect(
             &bytes,
-            &format!("format version {old}, but this build reads only version 3: an older Agentry"),
+            &format!(
+                "format version {old}, but this build reads only versions 3 to 4: an older Agentry"
+            ),
         );
     }
+    // Version 3 is version 4 without LoRA: such a file reads as it is.
+    let mut bytes = whole[..whole.len() - 8].to_vec();
+    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let checksum = fnv1a(&bytes);
+    bytes.extend_from_slice(&checksum.to_le_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    let version3 = Checkpoint::read(&file).expect("a version-3 checkpoint reads");
+    assert_eq!(
+        version3.phase(),
+        agentry_runtime::checkpoint::Phase::Rl { step: 1 }
+    );
     let mut bytes = whole.clone();
     bytes.extend_from_slice(b"junk");
     expect(&bytes, "unexpected bytes after the checksum");
@@ -593,13 +606,13 @@ fn corrupt_checkpoints_are_rejected() {
     std::fs::write(&path, assemble(&older)).unwrap();
     let checkpoint = Checkpoint::read(&path).unwrap();
     checkpoint
-        .check_matches(&spec, &task_versions)
+        .check_matches(&spec, &task_versions, None)
         .expect("a key's default matches a checkpoint written before the key");
     // With another value it does not, and the difference is named.
     let mut changed = spec.clone();
     changed.train.max_nonfinite_skips = 7;
     let error = checkpoint
-        .check_matches(&changed, &task_versions)
+        .check_matches(&changed, &task_versions, None)
         .unwrap_err();
     assert!(
         error.to_string().contains("train.max_nonfinite_skips"),

@@ -11,6 +11,7 @@ mod pretrained;
 mod checkpoint_resume;
 mod gguf;
 mod hf_checkpoint;
+mod lora;
 mod model_copy;
 mod model_policy;
 mod model_sampling;

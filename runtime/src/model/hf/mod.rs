@@ -242,6 +242,7 @@ pub(crate) fn build<B: Backend>(
         norm: final_norm,
         head,
         value: None,
+        lora: None,
         vocab: config.vocab_size,
         context: config.max_position_embeddings,
         head_dim: config.head_dim,
