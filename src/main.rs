@@ -55,6 +55,28 @@ enum Command {
         #[arg(long, value_parser = parse_device)]
         device: Option<agentry::spec::Device>,
     },
+    /// Export a run's trained policy: a LoRA run's adapters as PEFT writes them (`--peft DIR`,
+    /// for `PeftModel.from_pretrained` on the base model), or the policy with any adapters
+    /// merged as a Hugging Face checkpoint (`--merged DIR`: config.json, model.safetensors,
+    /// tokenizer.json).
+    Export {
+        /// The run directory, runs/<experiment>/<run-id>.
+        run_dir: PathBuf,
+        /// Write the adapters in PEFT's layout into this folder.
+        #[arg(
+            long,
+            value_name = "DIR",
+            conflicts_with = "merged",
+            required_unless_present = "merged"
+        )]
+        peft: Option<PathBuf>,
+        /// Write the merged policy as a Hugging Face checkpoint into this folder.
+        #[arg(long, value_name = "DIR")]
+        merged: Option<PathBuf>,
+        /// The RL step whose checkpoint to export (default: the finished run's final weights).
+        #[arg(long)]
+        step: Option<u64>,
+    },
     /// Write (again) the report of a run directory: report.md and plots/, from its
     /// metrics.jsonl, experiment.json and summary.json.
     Report {
@@ -233,6 +255,23 @@ fn main() -> ExitCode {
                 }
                 Err(e) => finish(Err(format!("error: {e}"))),
             }
+        }
+        Command::Export {
+            run_dir,
+            peft,
+            merged,
+            step,
+        } => {
+            let (format, out) = match (peft, merged) {
+                (Some(dir), _) => (agentry::export::Format::Peft, dir),
+                (None, Some(dir)) => (agentry::export::Format::Merged, dir),
+                (None, None) => unreachable!("clap requires --peft or --merged"),
+            };
+            finish(
+                agentry::export::export(&run_dir, step, format, &out)
+                    .map(|()| println!("wrote {}", display(&out)))
+                    .map_err(|e| format!("error: {e}")),
+            )
         }
         Command::Report { run_dir } => finish(
             agentry::report::write(&run_dir)

@@ -22,6 +22,7 @@ pub mod curriculum;
 pub mod device;
 pub mod error;
 pub mod experiment;
+pub mod export;
 pub mod metrics;
 pub mod model;
 pub mod monitor;

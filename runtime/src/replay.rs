@@ -272,18 +272,18 @@ pub fn replay(
     })
 }
 
-/// The files of a run directory a replay reads.
-struct RunFiles {
+/// The files of a run directory a replay (or an export) reads.
+pub(crate) struct RunFiles {
     dir: PathBuf,
-    spec: spec::Experiment,
+    pub(crate) spec: spec::Experiment,
     task_versions: BTreeMap<String, String>,
-    tokenizer: Tokenizer,
+    pub(crate) tokenizer: Tokenizer,
     /// The RL steps of the finished run (`summary.json`): `policy.mpk` holds that version.
-    final_version: Option<u64>,
+    pub(crate) final_version: Option<u64>,
 }
 
 impl RunFiles {
-    fn read(dir: &Path) -> Result<Self, ReplayError> {
+    pub(crate) fn read(dir: &Path) -> Result<Self, ReplayError> {
         fn json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ReplayError> {
             let fail = |reason: String| ReplayError::RunFile {
                 path: path.to_path_buf(),
@@ -355,7 +355,7 @@ impl RunFiles {
     }
 
     /// The file holding the weights of policy `version`, if the run kept them.
-    fn weights_of(&self, version: u64) -> Option<Weights> {
+    pub(crate) fn weights_of(&self, version: u64) -> Option<Weights> {
         let policy = self.dir.join("policy.mpk");
         if self.final_version == Some(version) && policy.is_file() {
             return Some(Weights::Final(policy));
@@ -371,7 +371,7 @@ impl RunFiles {
 }
 
 /// Where a version's weights are.
-enum Weights {
+pub(crate) enum Weights {
     /// `policy.mpk`, the final weights alone.
     Final(PathBuf),
     /// A checkpoint of the version's step.
@@ -386,7 +386,7 @@ impl Weights {
     }
 
     /// The policy with these weights, built as the run built it.
-    fn load<B: Kernels>(
+    pub(crate) fn load<B: Kernels>(
         &self,
         spec: &spec::Experiment,
         vocab: usize,

@@ -20,6 +20,9 @@ pub struct Pretrained<B: Backend> {
     pub policy: Policy<B>,
     /// The model's tokenizer, for [`crate::text::ChatFormat`].
     pub tokenizer: Tokenizer,
+    /// Its shape and conventions as a Hugging Face `config.json` (a GGUF file's metadata
+    /// mapped to one): what a merged export writes.
+    pub config: super::hf::HfConfig,
 }
 
 /// Where an experiment's policy comes from: what a run and a replay both build it from.

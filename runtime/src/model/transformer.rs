@@ -12,7 +12,7 @@ use super::lora::Lora;
 use agentry_dsl::spec::LoraTarget;
 
 /// Base of the rotary position embedding frequencies.
-const ROPE_THETA: f64 = 10_000.0;
+pub(crate) const ROPE_THETA: f64 = 10_000.0;
 /// Standard deviation of the initial weights.
 const INIT_STD: f64 = 0.02;
 

@@ -553,13 +553,9 @@ impl<B: TrainBackend> Trainer<B> {
         let Some(lora) = &self.state.policy.lora else {
             return Ok(());
         };
-        let base = match &self.spec.model.arch {
-            spec::Arch::Gguf { file } => file.as_str(),
-            spec::Arch::Qwen2 { weights } | spec::Arch::Llama { weights } => weights.as_str(),
-            spec::Arch::Transformer(_) => "",
-        };
+        let base = crate::export::base_name(&self.spec.model.arch);
         let dir = self.run_dir.path().join("adapter");
-        crate::model::lora::save_peft(lora, base, &dir)
+        crate::model::lora::save_peft(lora, &base, &dir)
             .map_err(|source| RunError::Io { path: dir, source })
     }
 

@@ -363,6 +363,58 @@ fn a_lora_run_trains_the_adapters_alone_and_resumes_exactly() {
             .join("adapter/adapter_model.safetensors")
             .is_file()
     );
+    // Exported merged as a Llama checkpoint, it loads back computing what the adapted policy
+    // computes; exported as PEFT, it is the adapter the run wrote at its end.
+    let merged_dir = scratch("export-merged");
+    agentry_runtime::export::export(
+        &straight.run_dir,
+        None,
+        agentry_runtime::export::Format::Merged,
+        &merged_dir,
+    )
+    .unwrap();
+    let (config, loaded) =
+        agentry_runtime::model::hf::load_policy::<Flex>(&merged_dir, &device).unwrap();
+    assert_eq!(config.model_type, agentry_runtime::model::hf::ModelType::Llama);
+    let final_policy = fresh()
+        .load_trained(
+            &burn::record::NamedMpkFileRecorder::<burn::record::FullPrecisionSettings>::new(),
+            straight.run_dir.join("policy.mpk"),
+            &device,
+        )
+        .unwrap();
+    let x = tokens::<Flex>(&device);
+    let gap = values(loaded.forward(x.clone()))
+        .iter()
+        .zip(values(final_policy.forward(x)))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(gap < 1e-5, "the merged export differs by {gap}");
+    let peft_dir = scratch("export-peft");
+    agentry_runtime::export::export(
+        &straight.run_dir,
+        None,
+        agentry_runtime::export::Format::Peft,
+        &peft_dir,
+    )
+    .unwrap();
+    for file in ["adapter_model.safetensors", "adapter_config.json"] {
+        assert_eq!(
+            std::fs::read(peft_dir.join(file)).unwrap(),
+            std::fs::read(straight.run_dir.join("adapter").join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    let message = agentry_runtime::export::export(
+        &straight.run_dir,
+        Some(3),
+        agentry_runtime::export::Format::Peft,
+        &peft_dir,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(message.contains("kept no weights of RL step 3"), "{message}");
+
     // Replay rebuilds the base from the seed and loads the adapters from `policy.mpk`: the
     // greedy evaluation episodes regenerate identically.
     let file = straight.run_dir.join("episodes/final.jsonl");
@@ -477,10 +529,8 @@ fn reference_policy() -> Policy<Flex> {
             let b: Vec<f32> = (0..rank)
                 .flat_map(|r| (0..d_out).map(move |o| reference_value(layer, t, 1, o, r)))
                 .collect();
-            adapter.a = Param::from_tensor(Tensor::from_data(
-                TensorData::new(a, [d_in, rank]),
-                &device,
-            ));
+            adapter.a =
+                Param::from_tensor(Tensor::from_data(TensorData::new(a, [d_in, rank]), &device));
             adapter.b = Param::from_tensor(Tensor::from_data(
                 TensorData::new(b, [rank, d_out]),
                 &device,
@@ -570,5 +620,50 @@ fn adapters_match_peft_in_logits_and_in_the_file() {
         names.sort();
         names
     };
-    assert_eq!(sorted(&ours["target_modules"]), sorted(&peft["target_modules"]));
+    assert_eq!(
+        sorted(&ours["target_modules"]),
+        sorted(&peft["target_modules"])
+    );
+}
+
+/// PPO with a shared value head over LoRA: the value head trains with the adapters (both are
+/// [`agentry_runtime::model::lora::Trainable`]) and the run resumes exactly; RLOO and
+/// REINFORCE++ train the adapters too.
+#[test]
+fn every_estimator_trains_the_adapters() {
+    let ppo = TINY_LORA
+        .replace(
+            "finetune = lora {",
+            "value_head = shared\n        finetune = lora {",
+        )
+        .replace(
+            "algorithm grpo { group_size = 2, kl",
+            "algorithm ppo { epochs = 2, value_clip = 0.1, kl",
+        )
+        .replace("steps = 4, batch", "steps = 2, batch");
+    let straight = run(&ppo, &scratch("ppo-straight"), 2, None).unwrap();
+    let out = scratch("ppo-split");
+    let first = run(&ppo, &out, 1, None).unwrap();
+    let resumed = run(&ppo, &out, 2, Some(&first.run_dir)).unwrap();
+    let metrics = common::metrics_without_timings(&straight.run_dir);
+    assert_eq!(common::metrics_without_timings(&resumed.run_dir), metrics);
+    let rl: Vec<&serde_json::Value> = metrics.iter().filter(|l| l["phase"] == "rl").collect();
+    assert!(
+        rl.iter().all(|l| l["value_loss"].as_f64().is_some()),
+        "PPO trains its value head: {rl:?}"
+    );
+    for algorithm in ["rloo { group_size = 2", "reinforce_pp { group_size = 2"] {
+        let source = TINY_LORA
+            .replace("grpo { group_size = 2", algorithm)
+            .replace("steps = 4, batch", "steps = 1, batch");
+        let summary = run(&source, &scratch(&algorithm[..4]), 1, None).unwrap();
+        let rl: Vec<serde_json::Value> = common::metrics(&summary.run_dir)
+            .into_iter()
+            .filter(|l| l["phase"] == "rl")
+            .collect();
+        assert!(
+            rl.iter().all(|l| l["grad_norm"].as_f64() > Some(0.0)),
+            "{algorithm}: {rl:?}"
+        );
+    }
 }

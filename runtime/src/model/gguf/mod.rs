@@ -64,7 +64,7 @@ impl<B: Backend> Pretrained<B> {
         let hf = tokenizer::build(&file.metadata, &path.display().to_string()).map_err(invalid)?;
         let tokenizer = Tokenizer::from_hf(hf).map_err(invalid)?;
         check_chat_template(&file, &tokenizer).map_err(invalid)?;
-        let (_, policy) = load_policy(&file, path, device)?;
+        let (config, policy) = load_policy(&file, path, device)?;
         if tokenizer.vocab_size() > policy.vocab {
             return Err(invalid(format!(
                 "{} token ids, but the model's embedding has {} rows",
@@ -72,7 +72,11 @@ impl<B: Backend> Pretrained<B> {
                 policy.vocab
             )));
         }
-        Ok(Pretrained { policy, tokenizer })
+        Ok(Pretrained {
+            policy,
+            tokenizer,
+            config,
+        })
     }
 }
 

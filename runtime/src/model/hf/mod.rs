@@ -14,6 +14,7 @@
 //! Each failure is an [`HfError`] naming the file and the tensor or key.
 
 mod config;
+mod export;
 mod weights;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
 pub use config::{HfConfig, ModelType, RopeScaling};
+pub use export::save_hf;
 pub use weights::{F32Tensor, INDEX_FILE, SINGLE_FILE, Weights};
 
 use super::transformer::{DecoderBlock, Policy, Rope};
@@ -61,7 +63,7 @@ impl<B: Backend> Pretrained<B> {
         };
         let hf = HfTokenizer::load(&path).map_err(|e| invalid(e.to_string()))?;
         let tokenizer = Tokenizer::from_hf(hf).map_err(invalid)?;
-        let (_, policy) = load_policy(dir, device)?;
+        let (config, policy) = load_policy(dir, device)?;
         if tokenizer.vocab_size() > policy.vocab {
             return Err(invalid(format!(
                 "{} token ids, but the model's vocab_size is {}",
@@ -69,7 +71,11 @@ impl<B: Backend> Pretrained<B> {
                 policy.vocab
             )));
         }
-        Ok(Pretrained { policy, tokenizer })
+        Ok(Pretrained {
+            policy,
+            tokenizer,
+            config,
+        })
     }
 }
 
