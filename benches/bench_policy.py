@@ -8,6 +8,9 @@ biases), the same batch of random tokens, and the same step: next-token cross-en
 global gradient-norm clipping at 1, AdamW (lr 1e-3, weight decay 0.01, betas 0.9/0.999). It
 prints `tokens_per_second=N` for `bench_policy --torch` to compare against.
 
+With `--lora RANK` it trains PEFT LoRA adapters on transformers' `LlamaForCausalLM` of the same
+shape instead (and prints its peak resident memory).
+
 With `--generate` it builds the same shapes as a transformers `LlamaForCausalLM` (random weights,
 grouped-query heads, tied or untied head), samples `--new-tokens` tokens (temperature 1, no top-k,
 no early stop) for `--batch` random prompts of `--prompt` tokens, and prints
@@ -109,6 +112,9 @@ def main():
     parser.add_argument("--prompt", type=int, default=16, help="prompt tokens (--generate)")
     parser.add_argument("--new-tokens", type=int, default=256, help="new tokens (--generate)")
     parser.add_argument("--generate", action="store_true", help="time generation instead")
+    parser.add_argument(
+        "--lora", type=int, default=0, help="train PEFT LoRA adapters of this rank (transformers' Llama)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.batch, args.seq, args.vocab, args.layers = 2, 32, 256, 2
@@ -119,6 +125,9 @@ def main():
     torch.manual_seed(0)
     if args.generate:
         generate(args)
+        return
+    if args.lora:
+        lora_training(args)
         return
     if (args.kv_heads or args.heads) != args.heads or args.untied:
         sys.exit("the training twin has kv_heads == heads and a tied head")
@@ -153,12 +162,69 @@ def main():
     print(f"tokens_per_second={tokens_per_second:.1f}")
 
 
-def generate(args):
+def peak_memory():
+    """Peak resident memory of this process (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+
+
+def lora_training(args):
+    """LoRA training on transformers' Llama of the same shape, adapters from PEFT (rank
+    `--lora`, alpha 2 x rank, the seven projections), loss on every position."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        print("skip: peft is not installed (pip install peft); nothing measured")
+        return
+    model = llama(args, args.seq + 8)
+    if model is None:
+        return
+    model = get_peft_model(
+        model,
+        LoraConfig(
+            r=args.lora,
+            lora_alpha=2 * args.lora,
+            lora_dropout=0.0,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        ),
+    )
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-3, betas=(0.9, 0.999), eps=1e-5, weight_decay=0.01)
+    tokens = torch.randint(8, args.vocab, (args.batch, args.seq + 1))
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+
+    def step():
+        logits = model(input_ids=inputs).logits
+        loss = F.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        return loss.item()
+
+    step()
+    started = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    seconds = (time.perf_counter() - started) / args.steps
+    tokens_per_second = args.batch * args.seq / seconds
+    print(
+        f"torch {torch.__version__} + PEFT LoRA rank {args.lora}, {torch.get_num_threads()} "
+        f"threads: {seconds * 1e3:.1f} ms/step, {tokens_per_second:.0f} tokens/s, "
+        f"peak resident memory {peak_memory()}"
+    )
+    print(f"tokens_per_second={tokens_per_second:.1f}")
+
+
+def llama(args, positions):
+    """transformers' `LlamaForCausalLM` of the benchmark's shape (random weights), or `None`
+    without transformers (it says so)."""
     try:
         from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError:
         print("skip: transformers is not installed (pip install transformers); nothing measured")
-        return
+        return None
     config = LlamaConfig(
         vocab_size=args.vocab,
         hidden_size=args.d_model,
@@ -166,11 +232,18 @@ def generate(args):
         num_hidden_layers=args.layers,
         num_attention_heads=args.heads,
         num_key_value_heads=args.kv_heads or args.heads,
-        max_position_embeddings=args.prompt + args.new_tokens + 8,
+        max_position_embeddings=positions,
         rms_norm_eps=1e-5,
         tie_word_embeddings=not args.untied,
     )
-    model = LlamaForCausalLM(config).eval()
+    return LlamaForCausalLM(config)
+
+
+def generate(args):
+    model = llama(args, args.prompt + args.new_tokens + 8)
+    if model is None:
+        return
+    model = model.eval()
     prompts = torch.randint(8, args.vocab, (args.batch, args.prompt))
     mask = torch.ones_like(prompts)
 

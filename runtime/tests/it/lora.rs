@@ -375,7 +375,10 @@ fn a_lora_run_trains_the_adapters_alone_and_resumes_exactly() {
     .unwrap();
     let (config, loaded) =
         agentry_runtime::model::hf::load_policy::<Flex>(&merged_dir, &device).unwrap();
-    assert_eq!(config.model_type, agentry_runtime::model::hf::ModelType::Llama);
+    assert_eq!(
+        config.model_type,
+        agentry_runtime::model::hf::ModelType::Llama
+    );
     let final_policy = fresh()
         .load_trained(
             &burn::record::NamedMpkFileRecorder::<burn::record::FullPrecisionSettings>::new(),
@@ -413,7 +416,10 @@ fn a_lora_run_trains_the_adapters_alone_and_resumes_exactly() {
     )
     .unwrap_err()
     .to_string();
-    assert!(message.contains("kept no weights of RL step 3"), "{message}");
+    assert!(
+        message.contains("kept no weights of RL step 3"),
+        "{message}"
+    );
 
     // Replay rebuilds the base from the seed and loads the adapters from `policy.mpk`: the
     // greedy evaluation episodes regenerate identically.
