@@ -150,6 +150,36 @@ fn a_saved_checkpoint_tokenizer_loads_back_unchanged() {
     }
 }
 
+/// A checkpoint's `chat_template.jinja` comes with its tokenizer (with `tokenizer_config.json`'s
+/// BOS and EOS tokens), so its policy calls tools in Hermes form; a saved tokenizer keeps it.
+#[test]
+fn the_chat_template_is_loaded_and_saved() {
+    for (name, arch, bos) in [
+        ("qwen2", ModelType::Qwen2, "<|im_start|>"),
+        ("llama", ModelType::Llama, "<|begin_of_text|>"),
+    ] {
+        let model = HfCheckpoint::<B>::load(&fixture(name), arch, &Default::default()).unwrap();
+        let tokenizer = model.tokenizer;
+        let template = tokenizer
+            .chat_template()
+            .expect("the fixture has a template");
+        let source = std::fs::read_to_string(fixture(name).join("chat_template.jinja")).unwrap();
+        assert_eq!(
+            (template.source(), template.bos_token()),
+            (source.as_str(), bos)
+        );
+        let dir = scratch(name);
+        let saved = dir.join("saved-tokenizer.json");
+        tokenizer.save(&saved).unwrap();
+        let loaded = Tokenizer::load(&saved).unwrap();
+        assert_eq!(loaded, tokenizer, "{name}");
+        let chat = ChatFormat::new(loaded);
+        assert_eq!(chat.call_format(), agentry_env::ToolCallFormat::Hermes);
+        let call = ToolCall::new("count", [("variable", serde_json::json!("#0"))]);
+        assert_eq!(chat.parse_reply(&chat.demo_turn(&call)), Ok(call), "{name}");
+    }
+}
+
 #[test]
 fn tokenizers_match_transformers() {
     for name in ["qwen2", "llama"] {
