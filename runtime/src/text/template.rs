@@ -180,6 +180,8 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    /// transformers' setup: blocks eat the newline after them (`trim_blocks`), Python's
+    /// `.strip()`, Python's JSON.
     fn renders_like_transformers() {
         let source = "{{ bos_token }}{% for m in messages %}\n\
                       <{{ m.role }}>{{ m.content.strip() }}{% if m.tool_calls %}\
@@ -197,12 +199,12 @@ mod tests {
         let tools = [json!({"name": "f"})];
         assert_eq!(
             t.render(&messages, Some(&tools), true).unwrap(),
-            "<s><user>hi\n<assistant>{\"name\": \"f\", \"arguments\": {\"x\": \"<é>\"}}\n\
+            "<s><user>hi<assistant>{\"name\": \"f\", \"arguments\": {\"x\": \"<é>\"}}\
              {\"name\": \"f\"}<assistant>"
         );
         assert_eq!(
             t.render(&messages[..1], None, false).unwrap(),
-            "<s><user>hi\n"
+            "<s><user>hi"
         );
     }
 
