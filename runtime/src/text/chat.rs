@@ -224,11 +224,11 @@ impl Layout {
         base.push(message("tool", 2));
         let after = template.render(&base, tools, true)?;
         let Some(delta) = after.strip_prefix(before.as_str()) else {
-            return Err(
-                "the chat template renders a conversation differently once a tool \
-                        message follows, so turns cannot be added one at a time"
-                    .into(),
-            );
+            return Err(concat!(
+                "the chat template renders a conversation differently once a tool message ",
+                "follows, so turns cannot be added one at a time"
+            )
+            .into());
         };
         let placeholder = sentinel(3);
         let Some(at) = before.rfind(&placeholder) else {
@@ -244,9 +244,7 @@ impl Layout {
         // The reply must continue the start exactly as the policy continues it.
         if before[..at] != begin {
             return Err(
-                "the chat template's generation prompt is not how it starts an \
-                        assistant message"
-                    .into(),
+                "the chat template's generation prompt is not how it starts a reply".into(),
             );
         }
         let renumber = |pieces: Vec<Piece>, map: &dyn Fn(usize) -> Option<usize>| {
