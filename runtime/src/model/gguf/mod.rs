@@ -1,7 +1,7 @@
 //! llama.cpp's GGUF files of Llama and Qwen2 models as a [`Pretrained`] policy and tokenizer.
 //!
 //! One file holds everything: the hyperparameters and the tokenizer as metadata
-//! ([`file`]), and the weights, quantized or not ([`quant`] dequantizes F32, F16, BF16,
+//! ([`file`](mod@file)), and the weights, quantized or not ([`quant`] dequantizes F32, F16, BF16,
 //! Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K to f32, as ggml does). The tensors are renamed to
 //! the Hugging Face names (`blk.N.attn_q.weight` is `model.layers.N.self_attn.q_proj.weight`),
 //! and the policy is assembled by the same code as a Hugging Face checkpoint
