@@ -38,7 +38,7 @@ pub mod tool;
 pub mod webshop;
 
 pub use random_agent::RandomAgent;
-pub use syntax::{parse_call, render_call};
+pub use syntax::{ToolCallFormat, parse_call, render_call};
 pub use tool::{Param, ParamKind, ToolCall, ToolSchema};
 
 use serde::{Deserialize, Serialize};

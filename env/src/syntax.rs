@@ -7,6 +7,11 @@
 //! - OpenAI function-calling JSON: `{"name": "count", "arguments": {"variable": "#0"}}`, where
 //!   `arguments` may also be a string holding that object (as OpenAI's API returns it).
 //!
+//! Pretrained instruct models write calls in their family's own form instead; [`ToolCallFormat`]
+//! names the form a policy uses, and [`ToolCallFormat::Hermes`] is Hermes/Qwen's
+//! `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, whose JSON is the OpenAI
+//! form above.
+//!
 //! Parsing never panics; every error is a short message for the agent, ready to be its
 //! observation.
 
@@ -181,24 +186,131 @@ fn parse_compact_call(s: &str) -> Result<ToolCall, String> {
 pub fn parse_call(text: &str) -> Result<ToolCall, String> {
     let s = text.trim();
     if s.starts_with('{') {
-        parse_json_call(s)
+        parse_json_call(s, r#"write {"name": "tool", "arguments": {...}}."#)
     } else {
         parse_compact_call(s)
     }
 }
 
-/// Parses `{"name": ..., "arguments": {...}}`.
-fn parse_json_call(s: &str) -> Result<ToolCall, String> {
-    const JSON_HINT: &str = r#"write {"name": "tool", "arguments": {...}}."#;
+/// The text form of tool calls a policy writes and reads, chosen per model: the form its
+/// training taught it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolCallFormat {
+    /// `name(arg="value")` (or OpenAI JSON): the form policies trained from scratch learn.
+    Compact,
+    /// Hermes/Qwen's `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, the form
+    /// instruct models with tool use were tuned on.
+    Hermes,
+}
+
+/// How a reply in [`ToolCallFormat::Hermes`] should look, for error messages.
+const HERMES_HINT: &str = "answer with exactly one call as \
+    <tool_call>\n{\"name\": \"tool\", \"arguments\": {...}}\n</tool_call>.";
+
+impl ToolCallFormat {
+    /// Reads the one call in a reply; the error is a message for the agent.
+    pub fn parse(self, text: &str) -> Result<ToolCall, String> {
+        match self {
+            ToolCallFormat::Compact => parse_call(text),
+            ToolCallFormat::Hermes => parse_hermes_call(text),
+        }
+    }
+
+    /// Writes a call as a policy of this format should (oracle demonstrations).
+    pub fn render(self, call: &ToolCall) -> String {
+        match self {
+            ToolCallFormat::Compact => render_call(call),
+            ToolCallFormat::Hermes => format!(
+                "<tool_call>\n{}\n</tool_call>",
+                python_json(&serde_json::json!({
+                    "name": call.name,
+                    "arguments": call.arguments,
+                }))
+            ),
+        }
+    }
+}
+
+/// Parses a reply holding exactly one `<tool_call>{json}</tool_call>`; text around the tags
+/// (a model's thoughts) is allowed, and `arguments` may be an object or a string holding one.
+fn parse_hermes_call(text: &str) -> Result<ToolCall, String> {
+    const OPEN: &str = "<tool_call>";
+    const CLOSE: &str = "</tool_call>";
+    let Some(start) = text.find(OPEN) else {
+        return Err(format!(
+            "Error: the reply has no <tool_call>; {HERMES_HINT}"
+        ));
+    };
+    let inner = &text[start + OPEN.len()..];
+    let Some(end) = inner.find(CLOSE) else {
+        return Err(format!(
+            "Error: <tool_call> is not closed by </tool_call>; {HERMES_HINT}"
+        ));
+    };
+    if inner.contains(OPEN) {
+        return Err(format!(
+            "Error: the reply holds more than one <tool_call>; make one call per turn: {HERMES_HINT}"
+        ));
+    }
+    let body = inner[..end].trim();
+    if !body.starts_with('{') {
+        return Err(format!(
+            "Error: the <tool_call> does not hold a JSON object (`{}`); {HERMES_HINT}",
+            snippet(body)
+        ));
+    }
+    parse_json_call(body, HERMES_HINT)
+}
+
+/// JSON as Python's `json.dumps(value, ensure_ascii=False)` writes it (`", "` and `": "`
+/// separators, non-ASCII kept), which is what Hugging Face chat templates' `tojson` produces
+/// and so what instruct models saw in training.
+pub fn python_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_python_json(value, &mut out);
+    out
+}
+
+fn write_python_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_python_json(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push_str(": ");
+                write_python_json(item, out);
+            }
+            out.push('}');
+        }
+        // Scalars: serde_json escapes strings as Python does with ensure_ascii=False.
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Parses `{"name": ..., "arguments": {...}}`; `hint` ends each error message.
+fn parse_json_call(s: &str, hint: &str) -> Result<ToolCall, String> {
     let value: Value = serde_json::from_str(s)
-        .map_err(|e| format!("Error: the call is not valid JSON ({e}); {JSON_HINT}"))?;
+        .map_err(|e| format!("Error: the call is not valid JSON ({e}); {hint}"))?;
     let Value::Object(mut object) = value else {
         unreachable!("text starting with `{{` parses only as an object")
     };
     let name = match object.remove("name") {
         Some(Value::String(name)) => name,
-        Some(_) => return Err(format!("Error: `name` must be a string; {JSON_HINT}")),
-        None => return Err(format!("Error: the call has no `name`; {JSON_HINT}")),
+        Some(_) => return Err(format!("Error: `name` must be a string; {hint}")),
+        None => return Err(format!("Error: the call has no `name`; {hint}")),
     };
     let arguments = match object.remove("arguments") {
         None => Map::new(),
@@ -206,20 +318,16 @@ fn parse_json_call(s: &str) -> Result<ToolCall, String> {
         Some(Value::String(text)) => match serde_json::from_str(&text) {
             Ok(Value::Object(arguments)) => arguments,
             _ => {
-                return Err(format!(
-                    "Error: `arguments` must be a JSON object; {JSON_HINT}"
-                ));
+                return Err(format!("Error: `arguments` must be a JSON object; {hint}"));
             }
         },
         Some(_) => {
-            return Err(format!(
-                "Error: `arguments` must be a JSON object; {JSON_HINT}"
-            ));
+            return Err(format!("Error: `arguments` must be a JSON object; {hint}"));
         }
     };
     if let Some(extra) = object.keys().next() {
         return Err(format!(
-            "Error: unexpected field `{}` in the call; {JSON_HINT}",
+            "Error: unexpected field `{}` in the call; {hint}",
             snippet(extra)
         ));
     }
@@ -304,5 +412,72 @@ mod tests {
             let err = parse_call(text).expect_err(text);
             assert!(err.contains(message), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn hermes_renders_and_parses() {
+        let hermes = ToolCallFormat::Hermes;
+        let call = ToolCall::new("count", [("variable", json!("#0 é")), ("n", json!(3))]);
+        let text = hermes.render(&call);
+        assert_eq!(
+            text,
+            "<tool_call>\n{\"name\": \"count\", \"arguments\": {\"variable\": \"#0 é\", \"n\": 3}}\n</tool_call>"
+        );
+        assert_eq!(hermes.parse(&text).unwrap(), call);
+        // Thoughts around the tags, compact JSON, arguments as a string: all accepted.
+        let text = "I will count.\n<tool_call>{\"name\":\"count\",\"arguments\":\"{\\\"variable\\\": \\\"#0 é\\\", \\\"n\\\": 3}\"}</tool_call> done";
+        assert_eq!(hermes.parse(text).unwrap(), call);
+        assert_eq!(ToolCallFormat::Compact.render(&call), render_call(&call));
+    }
+
+    #[test]
+    fn hermes_errors_name_the_format() {
+        let hermes = ToolCallFormat::Hermes;
+        let huge = format!("<tool_call>{}", "{".repeat(1 << 20));
+        for (text, message) in [
+            ("count(variable=\"#0\")", "has no <tool_call>"),
+            ("", "has no <tool_call>"),
+            ("<tool_call>{\"name\": \"count\"}", "not closed"),
+            (huge.as_str(), "not closed"),
+            (
+                "<tool_call><tool_call>{\"name\": \"a\"}</tool_call></tool_call>",
+                "more than one",
+            ),
+            (
+                "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>",
+                "more than one",
+            ),
+            (
+                "<tool_call>count()</tool_call>",
+                "does not hold a JSON object",
+            ),
+            ("<tool_call>[1]</tool_call>", "does not hold a JSON object"),
+            ("<tool_call>{\"name\": \"a\"</tool_call>", "not valid JSON"),
+            (
+                "<tool_call>{\"name\": \"a\", \"arguments\": [1]}</tool_call>",
+                "must be a JSON object",
+            ),
+            (
+                "<tool_call>{\"name\": \"a\", \"arguments\": \"3\"}</tool_call>",
+                "must be a JSON object",
+            ),
+            ("</tool_call>{\"name\": \"a\"}<tool_call>", "not closed"),
+        ] {
+            let err = hermes.parse(text).expect_err(text);
+            assert!(err.contains(message), "{text}: {err}");
+            assert!(
+                err.contains("<tool_call>\n{\"name\""),
+                "the hint is given: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn python_json_matches_json_dumps() {
+        let value = json!({"a": [1, 2.5, null, true], "b": {"c": "x\"y\n<é>"}, "d": {}});
+        assert_eq!(
+            python_json(&value),
+            r#"{"a": [1, 2.5, null, true], "b": {"c": "x\"y\n<é>"}, "d": {}}"#
+        );
     }
 }

@@ -37,7 +37,7 @@ use crate::model::Kernels;
 use crate::model::Origin;
 use crate::model::TrainBackend;
 use crate::model::{Generation, Policy, PolicyConfig, Sampling, generate};
-use crate::rollout::{Episode, EpisodeSpec, TurnEnd, failed, finish, reply_call, start, unparsed};
+use crate::rollout::{Episode, EpisodeSpec, TurnEnd, failed, finish, start, unparsed};
 use crate::tasks::RemoteTasks;
 use crate::text::{ChatFormat, Tokenizer};
 use crate::trajectory::{self, Trajectory, render};
@@ -486,7 +486,7 @@ fn play_recorded(
             break;
         }
         prompts.push(episode.transcript.tokens.clone());
-        let step = match (reply_call(chat, &turn.tokens), session) {
+        let step = match (chat.parse_reply(&turn.tokens), session) {
             (Ok(call), Some(id)) => controller
                 .step(id, &call)
                 .unwrap_or_else(|e| failed(e.to_string())),

@@ -11,7 +11,7 @@
 //! [`Status::TaskError`].
 
 use agentry_env::controller::{Controller, SessionId};
-use agentry_env::{Environment, Split, Status, Step, TaskGenerator, ToolCall, parse_call};
+use agentry_env::{Environment, Split, Status, Step, TaskGenerator, ToolCall};
 use rand::Rng;
 
 use crate::algo::returns_to_go;
@@ -435,7 +435,7 @@ impl<B: Kernels> Turns<'_, B> {
         // Parse every reply; the parsed calls of this turn are stepped together.
         let parsed: Vec<Result<ToolCall, String>> = generations
             .iter()
-            .map(|g| reply_call(chat, &g.tokens))
+            .map(|g| chat.parse_reply(&g.tokens))
             .collect();
         let calls: Vec<(SessionId, ToolCall)> = active
             .iter()
@@ -561,11 +561,6 @@ pub(crate) enum TurnEnd {
     /// The runtime ended it (turn budget, or no room for another reply): the session must be
     /// asked whether it was solved, then ended.
     Runtime,
-}
-
-/// The tool call a reply makes, or the parser's error that answers it.
-pub(crate) fn reply_call(chat: &ChatFormat, generated: &[u32]) -> Result<ToolCall, String> {
-    parse_call(&chat.agent_text(generated))
 }
 
 /// The step of a reply that is no call: the parser's message, without touching the

@@ -15,6 +15,7 @@ use agentry_env::pieces::pieces;
 use serde::{Deserialize, Serialize};
 
 use super::hf::{HfTokenizer, TurnMarkers};
+use super::template::ChatTemplate;
 
 /// The special tokens, with fixed ids `0..Special::COUNT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -107,6 +108,29 @@ struct TokenizerFile {
 
 const FORMAT: &str = "agentry-word-bytes-v1";
 
+/// The on-disk form of a pretrained tokenizer with its chat template (without one, it is
+/// written as the bare `tokenizer.json`, as before templates were carried).
+#[derive(Serialize, Deserialize)]
+struct TemplatedFile {
+    format: String,
+    /// The `tokenizer.json`, as text.
+    tokenizer: String,
+    chat_template: String,
+    bos_token: String,
+    eos_token: String,
+}
+
+const FORMAT_TEMPLATED: &str = "agentry-hf-chat-template-v1";
+
+/// A pretrained tokenizer: its `tokenizer.json`, turn markers and, when the model has one, its
+/// chat template.
+#[derive(Clone, Debug, PartialEq)]
+struct Pretrained {
+    tokenizer: HfTokenizer,
+    markers: TurnMarkers,
+    template: Option<ChatTemplate>,
+}
+
 /// A lossless word-level tokenizer with byte fallback (see the module docs), or a Hugging Face
 /// checkpoint's `tokenizer.json` ([`Tokenizer::from_hf`]), behind one interface so the chat
 /// format, rollout and training take either.
@@ -114,8 +138,8 @@ const FORMAT: &str = "agentry-word-bytes-v1";
 pub struct Tokenizer {
     pieces: Vec<String>,
     index: HashMap<String, u32>,
-    /// A checkpoint's tokenizer and its turn markers; then `pieces` is empty and unused.
-    hf: Option<Box<(HfTokenizer, TurnMarkers)>>,
+    /// A checkpoint's tokenizer; then `pieces` is empty and unused.
+    hf: Option<Box<Pretrained>>,
 }
 
 impl Tokenizer {
@@ -165,13 +189,35 @@ impl Tokenizer {
         Ok(Tokenizer {
             pieces: Vec::new(),
             index: HashMap::new(),
-            hf: Some(Box::new((hf, markers))),
+            hf: Some(Box::new(Pretrained {
+                tokenizer: hf,
+                markers,
+                template: None,
+            })),
         })
+    }
+
+    /// Attaches the model's chat template to a checkpoint's tokenizer, so the chat format lays
+    /// episodes out as the model was tuned on and the policy calls tools in Hermes form
+    /// ([`super::ChatFormat`]). The template is checked here: it must render a conversation
+    /// with a tool message, turn by turn, ending assistant messages with the turn end.
+    pub fn with_chat_template(mut self, template: ChatTemplate) -> Result<Self, String> {
+        let Some(hf) = self.hf.as_deref_mut() else {
+            return Err("a chat template needs a pretrained tokenizer".into());
+        };
+        hf.template = Some(template);
+        super::chat::ChatFormat::try_new(self.clone())?;
+        Ok(self)
     }
 
     /// The checkpoint's tokenizer and turn markers, when this is one.
     pub fn hf(&self) -> Option<(&HfTokenizer, TurnMarkers)> {
-        self.hf.as_deref().map(|(hf, markers)| (hf, *markers))
+        self.hf.as_deref().map(|p| (&p.tokenizer, p.markers))
+    }
+
+    /// The model's chat template, when this is a checkpoint's tokenizer that carries one.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.hf.as_deref().and_then(|p| p.template.as_ref())
     }
 
     /// Encodes text; never produces special tokens.
@@ -265,10 +311,22 @@ impl Tokenizer {
     }
 
     /// The JSON [`Tokenizer::save`] writes (checkpoints embed it): a checkpoint's tokenizer as
-    /// Hugging Face's `tokenizer.json`, ours as its pieces.
+    /// Hugging Face's `tokenizer.json`, or with its chat template as an object holding that
+    /// file and the template; ours as its pieces.
     pub fn to_json(&self) -> Result<String, String> {
-        if let Some((hf, _)) = self.hf() {
-            return hf.to_json();
+        if let Some(hf) = self.hf.as_deref() {
+            let json = hf.tokenizer.to_json()?;
+            let Some(template) = &hf.template else {
+                return Ok(json);
+            };
+            let file = TemplatedFile {
+                format: FORMAT_TEMPLATED.to_string(),
+                tokenizer: json,
+                chat_template: template.source().to_string(),
+                bos_token: template.bos_token().to_string(),
+                eos_token: template.eos_token().to_string(),
+            };
+            return serde_json::to_string(&file).map_err(|e| e.to_string());
         }
         let file = TokenizerFile {
             format: FORMAT.to_string(),
@@ -304,18 +362,31 @@ impl Tokenizer {
                 reason,
             });
         }
+        let invalid = |reason: String| TokenizerError::Invalid {
+            path: name(),
+            reason,
+        };
+        if value["format"] == FORMAT_TEMPLATED {
+            let file: TemplatedFile =
+                serde_json::from_value(value).map_err(|source| TokenizerError::Json {
+                    path: name(),
+                    source,
+                })?;
+            let hf = HfTokenizer::from_json(file.tokenizer.as_bytes(), origin)?;
+            let template = ChatTemplate::new(&file.chat_template, &file.bos_token, &file.eos_token)
+                .map_err(invalid)?;
+            return Self::from_hf(hf)
+                .and_then(|t| t.with_chat_template(template))
+                .map_err(invalid);
+        }
         let file: TokenizerFile =
             serde_json::from_value(value).map_err(|source| TokenizerError::Json {
                 path: name(),
                 source,
             })?;
-        let invalid = |reason: String| TokenizerError::Invalid {
-            path: name(),
-            reason,
-        };
         if file.format != FORMAT {
             return Err(invalid(format!(
-                "unknown format `{}` (expected `{FORMAT}`)",
+                "unknown format `{}` (expected `{FORMAT}` or `{FORMAT_TEMPLATED}`)",
                 file.format
             )));
         }

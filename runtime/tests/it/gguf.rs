@@ -215,7 +215,12 @@ fn tiny() -> Writer {
         )
         .meta(
             "tokenizer.chat_template",
-            Value::String("{{'<|im_start|>' + message['role'] }}".into()),
+            Value::String(
+                "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + \
+                 message['content'] + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}\
+                 {{ '<|im_start|>assistant\\n' }}{% endif %}"
+                    .into(),
+            ),
         )
         .f32_tensor("token_embd.weight", &[vocab, d], &values(vocab * d, 0.0))
         .f32_tensor("output_norm.weight", &[d], &[1.0; 8]);
@@ -486,20 +491,37 @@ fn missing_tokenizer_or_template_is_an_error() {
         "no_layers",
         &["llama.block_count"],
     );
-    let file = agentry_runtime::model::gguf::GgufFile::parse(tiny().to_bytes()).unwrap();
-    let mut w = Writer::new();
-    for (k, v) in &file.metadata {
-        let v = if k == "tokenizer.chat_template" {
-            Value::String("{{ messages }}".into())
-        } else {
-            v.clone()
-        };
-        w = w.meta(k, v);
-    }
-    for info in &file.tensors {
-        w = w.tensor(&info.name, &info.dims, info.ty, file.data(info).to_vec());
-    }
-    expect_error(&w.to_bytes(), "other_template", &["not supported yet"]);
+    let with_template = |template: &str| {
+        let file = agentry_runtime::model::gguf::GgufFile::parse(tiny().to_bytes()).unwrap();
+        let mut w = Writer::new();
+        for (k, v) in &file.metadata {
+            let v = if k == "tokenizer.chat_template" {
+                Value::String(template.into())
+            } else {
+                v.clone()
+            };
+            w = w.meta(k, v);
+        }
+        for info in &file.tensors {
+            w = w.tensor(&info.name, &info.dims, info.ty, file.data(info).to_vec());
+        }
+        w.to_bytes()
+    };
+    expect_error(
+        &with_template("{{ messages }}"),
+        "other_template",
+        &["not supported yet"],
+    );
+    expect_error(
+        &with_template("<|im_start|>{% for %}"),
+        "broken_template",
+        &["chat template does not compile"],
+    );
+    expect_error(
+        &with_template("<|im_start|>{{ messages[0].content }}"),
+        "partial_template",
+        &["drops the assistant's message"],
+    );
 }
 
 /// Random byte flips in a valid file: an error or a model, never a panic.

@@ -150,6 +150,36 @@ fn a_saved_checkpoint_tokenizer_loads_back_unchanged() {
     }
 }
 
+/// A checkpoint's `chat_template.jinja` comes with its tokenizer (with `tokenizer_config.json`'s
+/// BOS and EOS tokens), so its policy calls tools in Hermes form; a saved tokenizer keeps it.
+#[test]
+fn the_chat_template_is_loaded_and_saved() {
+    for (name, arch, bos) in [
+        ("qwen2", ModelType::Qwen2, "<|im_start|>"),
+        ("llama", ModelType::Llama, "<|begin_of_text|>"),
+    ] {
+        let model = HfCheckpoint::<B>::load(&fixture(name), arch, &Default::default()).unwrap();
+        let tokenizer = model.tokenizer;
+        let template = tokenizer
+            .chat_template()
+            .expect("the fixture has a template");
+        let source = std::fs::read_to_string(fixture(name).join("chat_template.jinja")).unwrap();
+        assert_eq!(
+            (template.source(), template.bos_token()),
+            (source.as_str(), bos)
+        );
+        let dir = scratch(name);
+        let saved = dir.join("saved-tokenizer.json");
+        tokenizer.save(&saved).unwrap();
+        let loaded = Tokenizer::load(&saved).unwrap();
+        assert_eq!(loaded, tokenizer, "{name}");
+        let chat = ChatFormat::new(loaded);
+        assert_eq!(chat.call_format(), agentry_env::ToolCallFormat::Hermes);
+        let call = ToolCall::new("count", [("variable", serde_json::json!("#0"))]);
+        assert_eq!(chat.parse_reply(&chat.demo_turn(&call)), Ok(call), "{name}");
+    }
+}
+
 #[test]
 fn tokenizers_match_transformers() {
     for name in ["qwen2", "llama"] {
@@ -290,9 +320,11 @@ fn the_declared_arch_must_match_the_checkpoint() {
 }
 
 /// An experiment with `arch = qwen2 { weights = ... }` runs end to end: checkpoint policy and
-/// tokenizer, warm-up on oracle demonstrations, two RL steps, evaluations, run directory.
+/// tokenizer, its chat template and Hermes calls, warm-up on oracle demonstrations, two RL
+/// steps, evaluations, run directory.
 #[test]
 fn an_experiment_trains_the_qwen2_checkpoint() {
+    let model = long_context_copy();
     let source = format!(
         r#"
 experiment hf_tiny {{
@@ -307,7 +339,7 @@ experiment hf_tiny {{
     eval {{ episodes = 4 }}
 }}
 "#,
-        fixture("qwen2").display()
+        model.display()
     );
     let out = scratch("qwen2");
     // The run seeds burn's global RNG and draws from it.
@@ -341,12 +373,16 @@ experiment hf_tiny {{
             line["step"], line["success"], line["loss"], line["grad_norm"], line["skipped"]
         );
     }
-    // The run keeps the checkpoint's tokenizer, and its samples are in ChatML.
-    let saved = HfTokenizer::load(summary.run_dir.join("tokenizer.json")).unwrap();
+    // The run keeps the checkpoint's tokenizer with its chat template, and its samples are in
+    // ChatML, the tools' schemas in the system turn.
+    let saved = Tokenizer::load(summary.run_dir.join("tokenizer.json")).unwrap();
     let original = HfTokenizer::load(fixture("qwen2").join("tokenizer.json")).unwrap();
-    assert!(saved == original);
+    assert!(*saved.hf().unwrap().0 == original);
+    let source = std::fs::read_to_string(fixture("qwen2").join("chat_template.jinja")).unwrap();
+    assert_eq!(saved.chat_template().unwrap().source(), source);
     let samples = std::fs::read_to_string(summary.run_dir.join("samples-final.txt")).unwrap();
     assert!(samples.contains("<|im_start|>assistant\n"), "{samples}");
+    assert!(samples.contains("<tools>"), "{samples}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -382,6 +418,17 @@ fn scratch(name: &str) -> Scratch {
         std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
     }
     Scratch(dir)
+}
+
+/// A copy of the Qwen2 fixture with a 4096-token context: its toy vocabulary spells the
+/// KG task's Hermes prompt (the tools' JSON schemas) almost byte by byte, about 2500 tokens,
+/// past the fixture's 2048 (SmolLM2's vocabulary takes about a third of that).
+fn long_context_copy() -> Scratch {
+    let dir = scratch("qwen2");
+    edit_config(&dir, |config| {
+        config.insert("max_position_embeddings".into(), 4096.into());
+    });
+    dir
 }
 
 fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) {

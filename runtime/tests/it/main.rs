@@ -22,4 +22,5 @@ mod report;
 mod rollout;
 mod shared_warmup;
 mod text_chat;
+mod text_template;
 mod text_tokenizer;

@@ -1,7 +1,7 @@
 //! llama.cpp's GGUF files of Llama and Qwen2 models as a [`Pretrained`] policy and tokenizer.
 //!
 //! One file holds everything: the hyperparameters and the tokenizer as metadata
-//! ([`file`]), and the weights, quantized or not ([`quant`] dequantizes F32, F16, BF16,
+//! ([`file`](mod@file)), and the weights, quantized or not ([`quant`] dequantizes F32, F16, BF16,
 //! Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K to f32, as ggml does). The tensors are renamed to
 //! the Hugging Face names (`blk.N.attn_q.weight` is `model.layers.N.self_attn.q_proj.weight`),
 //! and the policy is assembled by the same code as a Hugging Face checkpoint
@@ -30,7 +30,7 @@ pub use file::{GgmlType, GgufFile, TensorInfo, Value, Writer};
 use super::hf::{F32Tensor, HfConfig, ModelType, RopeScaling, build, expected_tensors};
 use super::transformer::Policy;
 use super::{LoadError, Pretrained};
-use crate::text::Tokenizer;
+use crate::text::{ChatTemplate, Tokenizer};
 
 /// Why a GGUF file could not be loaded: the loaders' shared [`LoadError`].
 pub type GgufError = LoadError;
@@ -50,8 +50,8 @@ pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
 
 impl<B: Backend> Pretrained<B> {
     /// Loads the GGUF file an experiment's `arch = gguf { file = "PATH" }` names: the policy
-    /// from its weights and hyperparameters, the tokenizer from its metadata, and the chat
-    /// format its `tokenizer.chat_template` uses (ChatML or Llama 3 headers).
+    /// from its weights and hyperparameters, the tokenizer from its metadata with its
+    /// `tokenizer.chat_template` (ChatML or Llama 3 turn markers), which lays out episodes.
     pub fn from_gguf(path: &Path, device: &B::Device) -> Result<Self, GgufError> {
         let file = open(path)?;
         let invalid = |reason: String| GgufError::Invalid {
@@ -63,7 +63,8 @@ impl<B: Backend> Pretrained<B> {
         config(&file).map_err(invalid)?;
         let hf = tokenizer::build(&file.metadata, &path.display().to_string()).map_err(invalid)?;
         let tokenizer = Tokenizer::from_hf(hf).map_err(invalid)?;
-        check_chat_template(&file, &tokenizer).map_err(invalid)?;
+        let template = check_chat_template(&file, &tokenizer).map_err(invalid)?;
+        let tokenizer = tokenizer.with_chat_template(template).map_err(invalid)?;
         let (config, policy) = load_policy(&file, path, device)?;
         if tokenizer.vocab_size() > policy.vocab {
             return Err(invalid(format!(
@@ -80,10 +81,10 @@ impl<B: Backend> Pretrained<B> {
     }
 }
 
-/// The chat format is chosen by the tokenizer's turn markers ([`Tokenizer::from_hf`]); the
-/// file's chat template must use the same markers, or the model would be prompted in a
-/// layout it was not trained on.
-fn check_chat_template(file: &GgufFile, tokenizer: &Tokenizer) -> Result<(), String> {
+/// The file's chat template, which lays out its episodes ([`Tokenizer::with_chat_template`]),
+/// with the BOS and EOS tokens' texts it may print. It must use the turn markers of the
+/// tokenizer ([`Tokenizer::from_hf`]), whose turn end stops generation.
+fn check_chat_template(file: &GgufFile, tokenizer: &Tokenizer) -> Result<ChatTemplate, String> {
     use crate::text::hf::TurnMarkers;
     let Some(template) = file.metadata.get("tokenizer.chat_template") else {
         return Err("has no `tokenizer.chat_template`, so its chat format is unknown".into());
@@ -110,7 +111,19 @@ fn check_chat_template(file: &GgufFile, tokenizer: &Tokenizer) -> Result<(), Str
         );
     };
     if wanted {
-        Ok(())
+        // The ids are checked against the vocabulary; a missing or unknown one prints nothing.
+        let token = |key: &str| {
+            let id = file.metadata.get(key).and_then(Value::as_u64);
+            let id = id.and_then(|id| u32::try_from(id).ok());
+            id.filter(|&id| (id as usize) < tokenizer.vocab_size())
+                .map(|id| tokenizer.decode(&[id]))
+                .unwrap_or_default()
+        };
+        ChatTemplate::new(
+            template,
+            &token("tokenizer.ggml.bos_token_id"),
+            &token("tokenizer.ggml.eos_token_id"),
+        )
     } else {
         Err(format!(
             "its chat template is {family}, but the tokenizer's special tokens are another \

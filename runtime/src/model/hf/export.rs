@@ -1,6 +1,7 @@
 //! Writing a policy as a Hugging Face checkpoint: `config.json`, `model.safetensors` (f32,
 //! torch's `[out, in]` layout, the names [`super::expected_tensors`] lists) and, with a Hugging
-//! Face tokenizer, `tokenizer.json`. What [`super::load_policy`] and `transformers` read back.
+//! Face tokenizer, `tokenizer.json` (and its `chat_template.jinja`). What
+//! [`super::load_policy`] and `transformers` read back.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -133,6 +134,10 @@ pub fn save_hf<B: Backend>(
     std::fs::write(dir.join("config.json"), text + "\n")?;
     if let Some((hf, _)) = tokenizer.hf() {
         std::fs::write(dir.join("tokenizer.json"), hf.to_json().map_err(invalid)?)?;
+    }
+    // transformers 5 reads the template from its own file; this project's loader too.
+    if let Some(template) = tokenizer.chat_template() {
+        std::fs::write(dir.join("chat_template.jinja"), template.source())?;
     }
     Ok(())
 }

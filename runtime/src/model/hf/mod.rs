@@ -31,7 +31,7 @@ pub use weights::{F32Tensor, INDEX_FILE, SINGLE_FILE, Weights};
 
 use super::transformer::{DecoderBlock, Policy, Rope};
 use super::{LoadError, Pretrained};
-use crate::text::{HfTokenizer, Tokenizer};
+use crate::text::{ChatTemplate, HfTokenizer, Tokenizer};
 
 /// Why a checkpoint could not be loaded: the loaders' shared [`LoadError`].
 pub type HfError = LoadError;
@@ -62,7 +62,16 @@ impl<B: Backend> Pretrained<B> {
             reason,
         };
         let hf = HfTokenizer::load(&path).map_err(|e| invalid(e.to_string()))?;
-        let tokenizer = Tokenizer::from_hf(hf).map_err(invalid)?;
+        let mut tokenizer = Tokenizer::from_hf(hf).map_err(invalid)?;
+        if let Some(template) = chat_template(dir)? {
+            tokenizer =
+                tokenizer
+                    .with_chat_template(template)
+                    .map_err(|reason| HfError::Invalid {
+                        path: dir.join("tokenizer_config.json"),
+                        reason,
+                    })?;
+        }
         let (config, policy) = load_policy(dir, device)?;
         if tokenizer.vocab_size() > policy.vocab {
             return Err(invalid(format!(
@@ -77,6 +86,64 @@ impl<B: Backend> Pretrained<B> {
             config,
         })
     }
+}
+
+/// The checkpoint's chat template: `chat_template.jinja` (where transformers 4.43 and later
+/// save it), else `tokenizer_config.json`'s `chat_template` (a string, or named templates of
+/// which the `default` one is taken), with the `bos_token` and `eos_token` it may print. `None`
+/// when the checkpoint has none: then the chat format frames turns by hand.
+fn chat_template(dir: &Path) -> Result<Option<ChatTemplate>, HfError> {
+    let config_path = dir.join("tokenizer_config.json");
+    let invalid = |path: &Path, reason: String| HfError::Invalid {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| HfError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let config: serde_json::Value = if config_path.exists() {
+        serde_json::from_str(&read(&config_path)?)
+            .map_err(|e| invalid(&config_path, format!("not JSON: {e}")))?
+    } else {
+        serde_json::Value::Null
+    };
+    let jinja = dir.join("chat_template.jinja");
+    let (source, origin) = if jinja.exists() {
+        (read(&jinja)?, jinja)
+    } else {
+        let source = match &config["chat_template"] {
+            serde_json::Value::Null => return Ok(None),
+            serde_json::Value::String(source) => source.clone(),
+            serde_json::Value::Array(named) => named
+                .iter()
+                .find(|t| t["name"] == "default")
+                .and_then(|t| t["template"].as_str())
+                .ok_or_else(|| invalid(&config_path, "no `default` chat template".into()))?
+                .to_string(),
+            _ => {
+                return Err(invalid(
+                    &config_path,
+                    "`chat_template` is not a string".into(),
+                ));
+            }
+        };
+        (source, config_path.clone())
+    };
+    // A special token is written as its text, or as an added token's `{"content": ...}`.
+    let token = |key: &str| {
+        let value = &config[key];
+        value["content"]
+            .as_str()
+            .or(value.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    ChatTemplate::new(&source, &token("bos_token"), &token("eos_token"))
+        .map(Some)
+        .map_err(|reason| invalid(&origin, reason))
 }
 
 /// Loads `dir` (see the module docs) as a policy on `device`, with its checked config.
