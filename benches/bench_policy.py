@@ -140,12 +140,20 @@ def main():
     tokens = torch.randint(8, args.vocab, (args.batch, args.seq + 1))
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
+    time_training(args, lambda: model(inputs), targets, list(model.parameters()), optimizer, "")
+
+
+def time_training(args, forward, targets, parameters, optimizer, label):
+    """Times `args.steps` training steps (after one untimed): next-token cross-entropy of
+    `forward()`'s logits, backward, clipping at 1, `optimizer`; prints the rate and
+    `tokens_per_second=N`."""
+
     def step():
-        logits = model(inputs)
+        logits = forward()
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
         optimizer.step()
         return loss.item()
 
@@ -156,8 +164,9 @@ def main():
     seconds = (time.perf_counter() - started) / args.steps
     tokens_per_second = args.batch * args.seq / seconds
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads: "
-        f"{seconds * 1e3:.1f} ms/step, {tokens_per_second:.0f} tokens/s"
+        f"torch {torch.__version__}{label}, {torch.get_num_threads()} threads: "
+        f"{seconds * 1e3:.1f} ms/step, {tokens_per_second:.0f} tokens/s, "
+        f"peak resident memory {peak_memory()}"
     )
     print(f"tokens_per_second={tokens_per_second:.1f}")
 
@@ -194,27 +203,14 @@ def lora_training(args):
     tokens = torch.randint(8, args.vocab, (args.batch, args.seq + 1))
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
-    def step():
-        logits = model(input_ids=inputs).logits
-        loss = F.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        optimizer.step()
-        return loss.item()
-
-    step()
-    started = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    seconds = (time.perf_counter() - started) / args.steps
-    tokens_per_second = args.batch * args.seq / seconds
-    print(
-        f"torch {torch.__version__} + PEFT LoRA rank {args.lora}, {torch.get_num_threads()} "
-        f"threads: {seconds * 1e3:.1f} ms/step, {tokens_per_second:.0f} tokens/s, "
-        f"peak resident memory {peak_memory()}"
+    time_training(
+        args,
+        lambda: model(input_ids=inputs).logits,
+        targets,
+        trainable,
+        optimizer,
+        f" + PEFT LoRA rank {args.lora}",
     )
-    print(f"tokens_per_second={tokens_per_second:.1f}")
 
 
 def llama(args, positions):

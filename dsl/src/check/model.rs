@@ -61,18 +61,8 @@ impl Checker {
     /// `full`, `lora` or `lora { rank, alpha, dropout, targets }`.
     fn finetune(&mut self, value: &Value) -> Option<Finetune> {
         const EXPECTED: &str = "`full` or `lora { rank = ... }`";
-        let empty = Block {
-            items: Vec::new(),
-            span: value.span,
-        };
-        let (head, body) = match &value.kind {
-            ValueKind::Ident(_) => (value, &empty),
-            ValueKind::Ctor { head, body } => (head.as_ref(), body),
-            _ => {
-                self.wrong_type("finetune", value, EXPECTED);
-                return None;
-            }
-        };
+        let (head, body) = self.constructor("finetune", value, EXPECTED)?;
+        let body = body.as_ref();
         match &head.kind {
             ValueKind::Ident(n) if n == "full" && body.items.is_empty() => {
                 return Some(Finetune::Full);
@@ -171,22 +161,12 @@ impl Checker {
     /// `transformer`, `transformer { ... }`, `qwen2 { weights = "..." }`, `llama { ... }`,
     /// `gguf { file = "..." }`.
     fn arch(&mut self, value: &Value) -> Option<Arch> {
-        let empty = Block {
-            items: Vec::new(),
-            span: value.span,
-        };
-        let (head, body) = match &value.kind {
-            ValueKind::Ident(_) => (value, &empty),
-            ValueKind::Ctor { head, body } => (head.as_ref(), body),
-            _ => {
-                self.wrong_type(
-                    "arch",
-                    value,
-                    &format!("an architecture ({})", one_of(ARCHS)),
-                );
-                return None;
-            }
-        };
+        let (head, body) = self.constructor(
+            "arch",
+            value,
+            &format!("an architecture ({})", one_of(ARCHS)),
+        )?;
+        let body = body.as_ref();
         let ValueKind::Ident(kind) = &head.kind else {
             self.wrong_type(
                 "arch",

@@ -3,6 +3,8 @@
 //! Every reader reports its own error and returns `None`, so callers simply carry on: the
 //! checker collects all errors of a file instead of stopping at the first.
 
+use std::borrow::Cow;
+
 use crate::ast::{Arg, Block, Ident, ItemKind, Span, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
 use crate::spec::Split;
@@ -380,6 +382,31 @@ impl Checker {
             .with_hint(hint),
         );
         None
+    }
+
+    /// A constructor value, `name` or `name { ... }`: its head and its settings (empty for a
+    /// bare name). Anything else is reported as a wrong type for `key` (`expected` says what
+    /// would do).
+    pub(super) fn constructor<'a>(
+        &mut self,
+        key: &str,
+        value: &'a Value,
+        expected: &str,
+    ) -> Option<(&'a Value, Cow<'a, Block>)> {
+        match &value.kind {
+            ValueKind::Ident(_) => Some((
+                value,
+                Cow::Owned(Block {
+                    items: Vec::new(),
+                    span: value.span,
+                }),
+            )),
+            ValueKind::Ctor { head, body } => Some((head.as_ref(), Cow::Borrowed(body))),
+            _ => {
+                self.wrong_type(key, value, expected);
+                None
+            }
+        }
     }
 
     /// Whether `value` is the bare name `none`.

@@ -1,6 +1,6 @@
 //! `train { ... }` and `eval { ... }`.
 
-use crate::ast::{Block, Value, ValueKind};
+use crate::ast::{Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
 use crate::spec::{Eval, EvalDecoding, Optimizer, Train, Warmup};
 
@@ -203,22 +203,12 @@ impl Checker {
     /// `adamw`, `adamw { weight_decay, beta1, beta2 }`, `adam { beta1, beta2 }`,
     /// `sgd { momentum }`.
     fn optimizer(&mut self, value: &Value) -> Option<Optimizer> {
-        let empty = Block {
-            items: Vec::new(),
-            span: value.span,
-        };
-        let (head, body) = match &value.kind {
-            ValueKind::Ident(_) => (value, &empty),
-            ValueKind::Ctor { head, body } => (head.as_ref(), body),
-            _ => {
-                self.wrong_type(
-                    "optimizer",
-                    value,
-                    &format!("an optimizer ({})", one_of(OPTIMIZERS)),
-                );
-                return None;
-            }
-        };
+        let (head, body) = self.constructor(
+            "optimizer",
+            value,
+            &format!("an optimizer ({})", one_of(OPTIMIZERS)),
+        )?;
+        let body = body.as_ref();
         let ValueKind::Ident(kind) = &head.kind else {
             self.wrong_type(
                 "optimizer",
@@ -287,18 +277,8 @@ impl Checker {
 
     /// `warmup = sft { steps = n, lr, demonstrations, batch }`.
     fn warmup(&mut self, value: &Value, train_lr: Option<f64>) -> Option<Warmup> {
-        let empty = Block {
-            items: Vec::new(),
-            span: value.span,
-        };
-        let (head, body) = match &value.kind {
-            ValueKind::Ident(_) => (value, &empty),
-            ValueKind::Ctor { head, body } => (head.as_ref(), body),
-            _ => {
-                self.wrong_type("warmup", value, "`none` or `sft { steps = ... }`");
-                return None;
-            }
-        };
+        let (head, body) = self.constructor("warmup", value, "`none` or `sft { steps = ... }`")?;
+        let body = body.as_ref();
         match &head.kind {
             ValueKind::Ident(n) if n == "sft" => {}
             ValueKind::Ident(n) => {
