@@ -14,7 +14,7 @@
 //! ```
 //!
 //! This crate is a facade: the language lives in [`dsl`] (`agentry-dsl`), the macro in
-//! `agentry-macros`, environments in [`env`] (`agentry-env`) and everything that trains in
+//! `agentry-macros`, environments in [`env`](mod@env) (`agentry-env`) and everything that trains in
 //! `agentry-runtime`, whose modules are re-exported here.
 
 pub use agentry_dsl as dsl;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ops::Deref;
 
-/// A value the checker produced: [`crate::check`] returns one, and the overrides
+/// A value the checker produced: [`crate::check`](fn@crate::check) returns one, and the overrides
 /// ([`Checked::with_steps`]) re-check before they return another. The field is private, so a
 /// function taking `Checked<Experiment>` (the runtime's entry points) cannot be handed a spec
 /// that skipped a rule: a spec edited after checking has to go through the checker again.

@@ -4,7 +4,7 @@
 //! At SmolLM2's vocabulary (49152) a few thousand positions make a logits tensor of hundreds of
 //! megabytes, written and read back several times by a tensor framework (logits, max, exp,
 //! sum, log, gather, and again for the gradient). Here the logits live in one reused tile of
-//! about [`TILE_ELEMS`] floats (4 MB): rows are cut into blocks and the vocabulary into column
+//! about `TILE_ELEMS` floats (4 MB): rows are cut into blocks and the vocabulary into column
 //! tiles, each tile is one `gemm`, then one or two passes over it in cache.
 //!
 //! - Forward keeps, per row, a running max, `Σ e^(z-max)` and `Σ e^(z-max)·(z-max)` across the
@@ -43,12 +43,12 @@ const PAR_MIN_ELEMS: usize = 1 << 15;
 
 /// Per-row results of `forward`.
 pub struct Outputs<'a> {
-    /// log p(target) per row, [n].
+    /// log p(target) per row, `[n]`.
     pub logprob: &'a mut [f32],
-    /// Entropy of each row's distribution, [n]; `None` skips computing it (SFT, the KL
+    /// Entropy of each row's distribution, `[n]`; `None` skips computing it (SFT, the KL
     /// reference do not need it).
     pub entropy: Option<&'a mut [f32]>,
-    /// logsumexp of each row's tempered logits, [n]: what backward needs to rebuild p chunk by
+    /// logsumexp of each row's tempered logits, `[n]`: what backward needs to rebuild p chunk by
     /// chunk.
     pub lse: &'a mut [f32],
 }
@@ -92,7 +92,7 @@ impl Tiling {
 /// lse(z)`, `lse[i] = lse(z)` and, if asked, `entropy[i] = −Σ p log p` with `p = softmax(z)`.
 ///
 /// `hidden`: [n, d]; `weight`: the head as a [vocab, d] view (the tied embedding as is, or a
-/// Linear's [d, vocab] weight transposed); `targets`: [n]; `inv_temperature`: τ.
+/// Linear's `[d, vocab]` weight transposed); `targets`: `[n]`; `inv_temperature`: τ.
 ///
 /// # Panics
 ///

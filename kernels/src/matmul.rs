@@ -208,7 +208,7 @@ pub enum Threads {
     One,
     /// Over rayon's current pool: the destination is cut into one block of rows (or columns)
     /// per thread, each an independent single-threaded product. Every element is reduced in the
-    /// same order whatever the cut (see [`Split`]), so results do not depend on the thread
+    /// same order whatever the cut (see `Split`), so results do not depend on the thread
     /// count.
     Pool,
 }
