@@ -12,7 +12,7 @@ use burn::backend::Flex;
 use crate::error::RunError;
 use crate::model::hf::{HfConfig, save_hf};
 use crate::model::lora::save_peft;
-use crate::model::{Origin, PolicyConfig};
+use crate::model::{PolicyConfig, pretrained_config};
 use crate::replay::{ReplayError, RunFiles};
 
 /// What to write.
@@ -83,14 +83,14 @@ pub fn export(
             save_peft(lora, &base_name(&run.spec.model.arch), out).map_err(io)
         }
         Format::Merged => {
-            let config = match Origin::<Flex>::of(&run.spec.model.arch, &device)
-                .map_err(|e| ReplayError::from(RunError::from(e)))?
-            {
-                Origin::Pretrained(pretrained) => pretrained.config,
-                Origin::Scratch(arch) => HfConfig::llama_of(
+            // The base's shape as its files declare it (the weights are loaded already).
+            let config = match &run.spec.model.arch {
+                Arch::Transformer(arch) => HfConfig::llama_of(
                     &PolicyConfig::from_arch(arch, run.tokenizer.vocab_size()),
                     policy.norm.epsilon,
                 ),
+                pretrained => pretrained_config(pretrained)
+                    .map_err(|e| ReplayError::from(RunError::from(e)))?,
             };
             save_hf(&policy.merged(), &config, &run.tokenizer, out).map_err(io)
         }

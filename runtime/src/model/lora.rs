@@ -15,7 +15,6 @@
 //! `adapter_model.safetensors` with its tensor names), for `PeftModel.from_pretrained`;
 //! [`Policy::merged`] folds them into the base weights.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use agentry_dsl::spec::{self, LoraTarget};
@@ -25,6 +24,7 @@ use burn::record::{Recorder, RecorderError};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
+use super::hf::{f32_values, write_f32_safetensors};
 use super::kernels::{self, Kernels};
 use super::transformer::{DecoderBlock, Policy};
 
@@ -320,7 +320,7 @@ pub fn hf_module(target: LoraTarget) -> &'static str {
 pub fn save_peft<B: Backend>(lora: &Lora<B>, base_model: &str, dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let settings = &lora.settings;
-    let mut tensors: BTreeMap<String, (Vec<usize>, Vec<u8>)> = BTreeMap::new();
+    let mut tensors = Vec::new();
     for (i, block) in lora.blocks.iter().enumerate() {
         for target in LoraTarget::ALL {
             let Some(adapter) = block.get(target) else {
@@ -330,33 +330,12 @@ pub fn save_peft<B: Backend>(lora: &Lora<B>, base_model: &str, dir: &Path) -> st
             // burn's `[in, rank]` and `[rank, out]` are torch's `[rank, in]` and `[out, rank]`
             // transposed.
             for (name, tensor) in [("lora_A", adapter.a.val()), ("lora_B", adapter.b.val())] {
-                let torch = tensor.transpose();
-                let shape = torch.dims().to_vec();
-                let values = torch
-                    .into_data()
-                    .convert::<f32>()
-                    .into_vec::<f32>()
-                    .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
-                let bytes = values.iter().flat_map(|x| x.to_le_bytes()).collect();
-                tensors.insert(format!("{prefix}.{name}.weight"), (shape, bytes));
+                let (shape, values) = f32_values(tensor.transpose());
+                tensors.push((format!("{prefix}.{name}.weight"), shape, values));
             }
         }
     }
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
-        .iter()
-        .map(|(name, (shape, bytes))| {
-            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
-                .map(|view| (name.clone(), view))
-                .map_err(|e| std::io::Error::other(e.to_string()))
-        })
-        .collect::<Result<_, _>>()?;
-    let metadata = Some(std::collections::HashMap::from([(
-        "format".to_string(),
-        "pt".to_string(),
-    )]));
-    let bytes = safetensors::serialize(views, metadata)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    std::fs::write(dir.join("adapter_model.safetensors"), bytes)?;
+    write_f32_safetensors(&dir.join("adapter_model.safetensors"), &tensors)?;
     let mut targets: Vec<&str> = settings
         .targets
         .iter()

@@ -18,5 +18,5 @@ mod transformer;
 
 pub use generate::{Generation, Sampling, generate, generate_uncached};
 pub use kernels::{Kernels, TrainBackend};
-pub use pretrained::{LoadError, Origin, Pretrained, base_digest};
+pub use pretrained::{LoadError, Origin, Pretrained, base_digest, pretrained_config};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use agentry_dsl::spec::{Arch, TransformerArch};
 use sha2::{Digest, Sha256};
 
+use super::hf::HfConfig;
+
 use burn::tensor::backend::Backend;
 
 use super::transformer::Policy;
@@ -20,9 +22,6 @@ pub struct Pretrained<B: Backend> {
     pub policy: Policy<B>,
     /// The model's tokenizer, for [`crate::text::ChatFormat`].
     pub tokenizer: Tokenizer,
-    /// Its shape and conventions as a Hugging Face `config.json` (a GGUF file's metadata
-    /// mapped to one): what a merged export writes.
-    pub config: super::hf::HfConfig,
 }
 
 /// Where an experiment's policy comes from: what a run and a replay both build it from.
@@ -83,6 +82,25 @@ pub enum LoadError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// The Hugging Face configuration of the pretrained model `arch` names (a GGUF file's metadata
+/// mapped to one), read without its weights; `arch` is `qwen2`, `llama` or `gguf`.
+pub fn pretrained_config(arch: &Arch) -> Result<HfConfig, LoadError> {
+    match arch {
+        Arch::Gguf { file } => {
+            let path = Path::new(file);
+            super::gguf::config(&super::gguf::open(path)?).map_err(|reason| LoadError::Invalid {
+                path: path.to_path_buf(),
+                reason,
+            })
+        }
+        Arch::Qwen2 { weights } | Arch::Llama { weights } => HfConfig::load(Path::new(weights)),
+        Arch::Transformer(_) => Err(LoadError::Invalid {
+            path: PathBuf::new(),
+            reason: "a model built from the seed has no model files".into(),
+        }),
+    }
 }
 
 /// The SHA-256 of a pretrained model's weight files, as `sha256:HEX`: the GGUF file, or a

@@ -50,6 +50,14 @@ fn values<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) ->
     t.into_data().convert::<f32>().into_vec().unwrap()
 }
 
+/// The largest absolute difference between two equally long vectors.
+fn max_gap(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+}
+
 /// Every float parameter of `module`, in module order: its id and its bits.
 fn parameters<B: burn::tensor::backend::Backend, M: Module<B>>(
     module: &M,
@@ -158,12 +166,7 @@ fn merged_adapters_compute_what_the_adapters_compute() {
     let merged = policy.clone().merged();
     assert!(merged.lora.is_none());
     let merged = values(merged.forward(x));
-    let gap = |a: &[f32], b: &[f32]| {
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0f32, f32::max)
-    };
+    let gap = max_gap;
     assert!(
         gap(&adapted, &base) > 1e-3,
         "the adapters change the logits"
@@ -387,11 +390,10 @@ fn a_lora_run_trains_the_adapters_alone_and_resumes_exactly() {
         )
         .unwrap();
     let x = tokens::<Flex>(&device);
-    let gap = values(loaded.forward(x.clone()))
-        .iter()
-        .zip(values(final_policy.forward(x)))
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let gap = max_gap(
+        &values(loaded.forward(x.clone())),
+        &values(final_policy.forward(x)),
+    );
     assert!(gap < 1e-5, "the merged export differs by {gap}");
     let peft_dir = scratch("export-peft");
     agentry_runtime::export::export(
@@ -579,18 +581,10 @@ fn adapters_match_peft_in_logits_and_in_the_file() {
         .map(|x| x.as_f64().unwrap() as f32)
         .collect();
     assert_eq!(logits.len(), expected.len());
-    let gap = logits
-        .iter()
-        .zip(&expected)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let gap = max_gap(&logits, &expected);
     assert!(gap < 1e-4, "logits differ from PEFT's by {gap}");
     let merged = values(policy.clone().merged().forward(tokens));
-    let gap = merged
-        .iter()
-        .zip(&expected)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let gap = max_gap(&merged, &expected);
     assert!(gap < 1e-4, "merged logits differ from PEFT's by {gap}");
 
     let dir = common::scratch_in("lora", "peft-export");

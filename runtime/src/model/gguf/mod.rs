@@ -65,7 +65,7 @@ impl<B: Backend> Pretrained<B> {
         let tokenizer = Tokenizer::from_hf(hf).map_err(invalid)?;
         let template = check_chat_template(&file, &tokenizer).map_err(invalid)?;
         let tokenizer = tokenizer.with_chat_template(template).map_err(invalid)?;
-        let (config, policy) = load_policy(&file, path, device)?;
+        let (_, policy) = load_policy(&file, path, device)?;
         if tokenizer.vocab_size() > policy.vocab {
             return Err(invalid(format!(
                 "{} token ids, but the model's embedding has {} rows",
@@ -73,11 +73,7 @@ impl<B: Backend> Pretrained<B> {
                 policy.vocab
             )));
         }
-        Ok(Pretrained {
-            policy,
-            tokenizer,
-            config,
-        })
+        Ok(Pretrained { policy, tokenizer })
     }
 }
 

@@ -12,8 +12,10 @@ use serde_json::{Value, json};
 
 use super::config::{HfConfig, ModelType, RopeScaling};
 use super::expected_tensors;
+use crate::model::lora::{self, hf_module};
 use crate::model::{Policy, PolicyConfig};
 use crate::text::Tokenizer;
+use agentry_dsl::spec::LoraTarget;
 
 impl HfConfig {
     /// A from-scratch policy's shape as a Llama configuration: its rotary base, no scaling,
@@ -103,33 +105,21 @@ pub fn save_hf<B: Backend>(
             "the policy has adapters: merge them into the weights first".into(),
         ));
     }
-    let tensors = torch_tensors(policy);
-    let mut named: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut tensors = torch_tensors(policy);
+    let mut named = Vec::new();
     for (name, shape) in expected_tensors(config) {
         let (found, values) = tensors
-            .get(&name)
+            .remove(&name)
             .ok_or_else(|| invalid(format!("the policy has no tensor for `{name}`")))?;
-        if found != &shape {
+        if found != shape {
             return Err(invalid(format!(
                 "`{name}` is {found:?} in the policy but {shape:?} in the config"
             )));
         }
-        let bytes = values.iter().flat_map(|x| x.to_le_bytes()).collect();
-        named.push((name, shape, bytes));
+        named.push((name, shape, values));
     }
-    let views = named
-        .iter()
-        .map(|(name, shape, bytes)| {
-            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
-                .map(|view| (name.clone(), view))
-                .map_err(|e| std::io::Error::other(e.to_string()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    let bytes = safetensors::serialize(views, Some(metadata))
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("model.safetensors"), bytes)?;
+    write_f32_safetensors(&dir.join("model.safetensors"), &named)?;
     let text = serde_json::to_string_pretty(&config.to_json()).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("config.json"), text + "\n")?;
     if let Some((hf, _)) = tokenizer.hf() {
@@ -144,39 +134,28 @@ pub fn save_hf<B: Backend>(
 
 /// Every weight of `policy` under its Hugging Face name, in torch's layout, as f32 values.
 fn torch_tensors<B: Backend>(policy: &Policy<B>) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
-    fn flat<B: Backend, const D: usize>(t: Tensor<B, D>) -> (Vec<usize>, Vec<f32>) {
-        let shape = t.dims().to_vec();
-        let values = t
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .unwrap_or_default();
-        (shape, values)
-    }
     let mut out = HashMap::new();
     out.insert(
         "model.embed_tokens.weight".to_string(),
-        flat(policy.embed.weight.val()),
+        f32_values(policy.embed.weight.val()),
     );
     let mut linear = |name: String, layer: &burn::nn::Linear<B>| {
         // burn multiplies by `[in, out]`; torch stores `[out, in]`.
         out.insert(
             format!("{name}.weight"),
-            flat(layer.weight.val().transpose()),
+            f32_values(layer.weight.val().transpose()),
         );
         if let Some(bias) = &layer.bias {
-            out.insert(format!("{name}.bias"), flat(bias.val()));
+            out.insert(format!("{name}.bias"), f32_values(bias.val()));
         }
     };
     for (i, block) in policy.blocks.iter().enumerate() {
-        let p = format!("model.layers.{i}");
-        linear(format!("{p}.self_attn.q_proj"), &block.q);
-        linear(format!("{p}.self_attn.k_proj"), &block.k);
-        linear(format!("{p}.self_attn.v_proj"), &block.v);
-        linear(format!("{p}.self_attn.o_proj"), &block.out);
-        linear(format!("{p}.mlp.gate_proj"), &block.gate);
-        linear(format!("{p}.mlp.up_proj"), &block.up);
-        linear(format!("{p}.mlp.down_proj"), &block.down);
+        for target in LoraTarget::ALL {
+            linear(
+                format!("model.layers.{i}.{}", hf_module(target)),
+                lora::layer(block, target),
+            );
+        }
     }
     if let Some(head) = &policy.head {
         linear("lm_head".to_string(), head);
@@ -185,16 +164,53 @@ fn torch_tensors<B: Backend>(policy: &Policy<B>) -> HashMap<String, (Vec<usize>,
         let p = format!("model.layers.{i}");
         out.insert(
             format!("{p}.input_layernorm.weight"),
-            flat(block.attn_norm.gamma.val()),
+            f32_values(block.attn_norm.gamma.val()),
         );
         out.insert(
             format!("{p}.post_attention_layernorm.weight"),
-            flat(block.ffn_norm.gamma.val()),
+            f32_values(block.ffn_norm.gamma.val()),
         );
     }
     out.insert(
         "model.norm.weight".to_string(),
-        flat(policy.norm.gamma.val()),
+        f32_values(policy.norm.gamma.val()),
     );
     out
+}
+
+/// A tensor's shape and values as f32, for a safetensors file.
+pub(crate) fn f32_values<B: Backend, const D: usize>(t: Tensor<B, D>) -> (Vec<usize>, Vec<f32>) {
+    let shape = t.dims().to_vec();
+    let values = t
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .expect("the data was converted to f32 just above");
+    (shape, values)
+}
+
+/// Writes f32 tensors (name, shape, values) as one safetensors file, marked as PyTorch's
+/// (`format: pt`), as `save_pretrained` writes them: a Hugging Face checkpoint's weights and a
+/// PEFT adapter alike.
+pub(crate) fn write_f32_safetensors(
+    path: &Path,
+    tensors: &[(String, Vec<usize>, Vec<f32>)],
+) -> std::io::Result<()> {
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, _, values)| values.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .collect();
+    let views = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((name, shape, _), bytes)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+                .map(|view| (name.clone(), view))
+                .map_err(|e| std::io::Error::other(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let file = safetensors::serialize(views, Some(metadata))
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    std::fs::write(path, file)
 }

@@ -27,6 +27,7 @@ use burn::tensor::{Tensor, TensorData};
 
 pub use config::{HfConfig, ModelType, RopeScaling};
 pub use export::save_hf;
+pub(crate) use export::{f32_values, write_f32_safetensors};
 pub use weights::{F32Tensor, INDEX_FILE, SINGLE_FILE, Weights};
 
 use super::transformer::{DecoderBlock, Policy, Rope};
@@ -72,7 +73,7 @@ impl<B: Backend> Pretrained<B> {
                         reason,
                     })?;
         }
-        let (config, policy) = load_policy(dir, device)?;
+        let (_, policy) = load_policy(dir, device)?;
         if tokenizer.vocab_size() > policy.vocab {
             return Err(invalid(format!(
                 "{} token ids, but the model's vocab_size is {}",
@@ -80,11 +81,7 @@ impl<B: Backend> Pretrained<B> {
                 policy.vocab
             )));
         }
-        Ok(Pretrained {
-            policy,
-            tokenizer,
-            config,
-        })
+        Ok(Pretrained { policy, tokenizer })
     }
 }
 
