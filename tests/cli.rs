@@ -47,8 +47,8 @@ fn check_reports_every_error_with_its_location_and_exits_1() {
         "unknown environment `webshp`",
         "--> tests/ui/many_errors.arl:6:22",
         "did you mean `group_size`?",
-        "--> tests/ui/many_errors.arl:7:21",
-        "`steps` must be at least 1",
+        "--> tests/ui/many_errors.arl:7:33",
+        "`batch` must be at least 1",
     ] {
         assert!(
             stderr.contains(expected),

@@ -688,7 +688,8 @@ pub enum PoolMode {
 /// `train { ... }`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Train {
-    /// RL steps, >= 1 (overridable with `--steps`).
+    /// RL steps, >= 0 (overridable with `--steps`): `0` trains no RL step, so a run without a
+    /// warm-up only evaluates the model as loaded.
     pub steps: u64,
     /// Trajectories per step, >= 1; a multiple of `group_size`. Default 32.
     pub batch: usize,

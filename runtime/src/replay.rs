@@ -9,7 +9,8 @@
 //!    a fresh environment with the recorded replies, and checks every observation, reward and
 //!    status, where the episode ends, and its reward, success and status;
 //! 2. when the run directory holds the weights of the recorded policy version (`policy.mpk`
-//!    for the final version, else the checkpoint `checkpoints/rl-NNNNNN.ckpt` of that step),
+//!    for the final version, else the checkpoint `checkpoints/rl-NNNNNN.ckpt` of that step;
+//!    version 0 of a run without a warm-up is the model as declared, rebuilt from the spec),
 //!    re-scores the recorded agent tokens with them and compares the log-probabilities with
 //!    the recorded behaviour ones (within [`LOGPROB_TOLERANCE`]), and for a greedy episode
 //!    regenerates every turn from its prompt and checks the tokens are the recorded ones.
@@ -354,8 +355,13 @@ impl RunFiles {
         Ok(generator)
     }
 
-    /// The file holding the weights of policy `version`, if the run kept them.
+    /// Where the weights of policy `version` are, if the run kept them.
     pub(crate) fn weights_of(&self, version: u64) -> Option<Weights> {
+        // Before any update and without a warm-up, the policy is the model as declared, which
+        // the files rebuild (a run that only evaluates keeps no weights of its own).
+        if version == 0 && self.spec.train.warmup.is_none() {
+            return Some(Weights::Declared);
+        }
         let policy = self.dir.join("policy.mpk");
         if self.final_version == Some(version) && policy.is_file() {
             return Some(Weights::Final(policy));
@@ -372,6 +378,9 @@ impl RunFiles {
 
 /// Where a version's weights are.
 pub(crate) enum Weights {
+    /// The model as the experiment declares it, untrained: the pretrained files, or the
+    /// from-scratch initialization drawn from the seed.
+    Declared,
     /// `policy.mpk`, the final weights alone.
     Final(PathBuf),
     /// A checkpoint of the version's step.
@@ -379,9 +388,13 @@ pub(crate) enum Weights {
 }
 
 impl Weights {
-    fn path(&self) -> &Path {
+    /// Where the weights come from, for messages.
+    fn describe(&self) -> String {
         match self {
-            Weights::Final(path) | Weights::Checkpoint(path) => path,
+            Weights::Declared => "the model as declared".to_string(),
+            Weights::Final(path) | Weights::Checkpoint(path) => {
+                format!("`{}`", path.display())
+            }
         }
     }
 
@@ -399,21 +412,22 @@ impl Weights {
             Origin::Pretrained(pretrained) => pretrained.policy,
         }
         .as_declared(&spec.model);
-        let fail = |reason: String| ReplayError::RunFile {
-            path: self.path().to_path_buf(),
+        let fail = |path: &Path, reason: String| ReplayError::RunFile {
+            path: path.to_path_buf(),
             reason,
         };
         match self {
+            Weights::Declared => Ok(policy),
             Weights::Final(path) => policy
                 .load_trained(
                     &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
                     path.clone(),
                     device,
                 )
-                .map_err(|e| fail(e.to_string())),
+                .map_err(|e| fail(path, e.to_string())),
             Weights::Checkpoint(path) => Checkpoint::read(path)
                 .and_then(|checkpoint| checkpoint.restore_policy(policy, device))
-                .map_err(|e| fail(e.to_string())),
+                .map_err(|e| fail(path, e.to_string())),
         }
     }
 }
@@ -605,7 +619,7 @@ impl OnBackend for PolicyChecks<'_> {
             let turns: Vec<usize> = (0..self.recorded.turns.len())
                 .filter(|&k| self.recorded.policy_versions[k] == version)
                 .collect();
-            let (line, difference) = self.rescore(&policy, version, weights.path(), &turns);
+            let (line, difference) = self.rescore(&policy, version, &weights.describe(), &turns);
             lines.push(line);
             first = first.or(difference);
             if self.recorded.decoding.greedy {
@@ -631,7 +645,7 @@ impl PolicyChecks<'_> {
         &self,
         policy: &Policy<B>,
         version: u64,
-        path: &Path,
+        weights: &str,
         turns: &[usize],
     ) -> (String, Option<String>) {
         let transcript = &self.episode.transcript;
@@ -669,10 +683,9 @@ impl PolicyChecks<'_> {
             .map(|&(_, j)| delta(j).1)
             .fold(0.0f32, f32::max);
         let line = format!(
-            "log-probs: re-scored {} agent tokens with `{}` (version {version}, temperature \
+            "log-probs: re-scored {} agent tokens with {weights} (version {version}, temperature \
              {}): max |Δ| {worst:.2e} (tolerance {LOGPROB_TOLERANCE:.0e})",
             positions.len(),
-            path.display(),
             temperature as f32,
         );
         let difference = positions

@@ -417,7 +417,9 @@ impl Run {
             );
             return;
         };
-        if first.label == EvalPoint::Final {
+        // A finished run's latest evaluation is its final one; with no RL after a warm-up
+        // (`steps = 0`) that is the warm-up's.
+        if first.label == EvalPoint::Final || !self.summary.is_null() {
             let _ = writeln!(md, "## Final evaluation (step {})\n", first.step);
         } else {
             let _ = writeln!(

@@ -9,10 +9,8 @@ use super::tasks::stage_beyond_training;
 
 impl Checked<Experiment> {
     /// The experiment with `train.steps = steps`, if the rules that read `train.steps` still
-    /// hold: every curriculum stage ends within training (`until <= steps`). `0` is the one
-    /// value a file may not set: it stops the run after its warm-up (whose checkpoint a later
-    /// run resumes from with more steps, checked again then), so no rule about RL steps
-    /// applies.
+    /// hold: every curriculum stage ends within training (`until <= steps`; a run of `0`
+    /// steps reaches no stage, so it breaks no such rule).
     ///
     /// Every configuration of the sweep is checked with `steps` too, so a sweep fails before
     /// its first run; they keep their own `train.steps`, as the base run records the file's
@@ -75,9 +73,6 @@ fn steps_rules(
         Some(config) => format!("configuration `{config}`: {message}"),
         None => message,
     };
-    if steps == 0 {
-        return Ok(());
-    }
     for stage in &experiment.curriculum {
         if let Some(message) = stage_beyond_training(stage, steps) {
             return Err(OverrideError {

@@ -486,10 +486,11 @@ impl Checker {
 
 /// The rule `until <= train.steps`: a stage ends within training. What is wrong when `stage`
 /// breaks it with `steps` RL steps; shared by the file's check and by `--steps`
-/// ([`Checked::with_steps`](crate::Checked::with_steps)).
+/// ([`Checked::with_steps`](crate::Checked::with_steps)). A run of `0` steps (evaluation, or a
+/// warm-up alone) reaches no stage, so the rule does not apply to it.
 pub(super) fn stage_beyond_training(stage: &Stage, steps: u64) -> Option<String> {
     let until = stage.until?;
-    (until > steps).then(|| {
+    (steps > 0 && until > steps).then(|| {
         format!(
             "stage `{}` ends at step {until}, after training ends (`steps = {steps}`)",
             stage.name

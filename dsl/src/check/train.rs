@@ -9,9 +9,6 @@ use super::{Checker, Section};
 
 const OPTIMIZERS: &[&str] = &["adamw", "adam", "sgd"];
 
-/// The fewest RL steps a run may have, in the file and on the command line (`--steps`).
-pub(super) const MIN_STEPS: u64 = 1;
-
 impl Checker {
     pub(super) fn train(
         &mut self,
@@ -34,7 +31,7 @@ impl Checker {
         ];
         let table = self.table(section.body, "train", &keys);
         let steps = match table.get("steps") {
-            Some(v) => self.uint("steps", v, MIN_STEPS),
+            Some(v) => self.uint("steps", v, 0),
             None => {
                 self.error(
                     Diagnostic::new(

@@ -314,6 +314,8 @@ impl<B: TrainBackend> Trainer<B> {
             out.println(format!("step {done}: success {}", evaluation.describe()));
         }
         match self.spec.pool.mode {
+            // Nothing left to train (`steps = 0`, or a run resumed at its end): no engines.
+            _ if done >= steps => {}
             spec::PoolMode::Sync => {
                 let fresh = self.state.policy.valid();
                 refresh_stale(&mut self, &fresh, done);
@@ -386,6 +388,9 @@ impl<B: TrainBackend> Trainer<B> {
                 from.display()
             ));
         }
+        if !self.trains() {
+            return Ok(());
+        }
         // The KL reference is the policy as RL starts, with any adapters off: with LoRA that
         // is the frozen base, which shares its weights instead of copying them (and which a
         // resumed run rebuilds here); otherwise a resumed run has it from its checkpoint.
@@ -405,22 +410,42 @@ impl<B: TrainBackend> Trainer<B> {
         Ok(())
     }
 
+    /// Whether the run changes the weights: RL steps, or a warm-up. One that does not
+    /// (`steps = 0`, no warm-up) only evaluates the model as loaded, and writes no checkpoint
+    /// and no weights: they would be a copy of its input.
+    fn trains(&self) -> bool {
+        self.spec.train.steps > 0 || self.spec.train.warmup.is_some()
+    }
+
     /// The end of a run: the last checkpoint, the final evaluation, the weights, the summary
     /// and the report.
     fn finish(mut self, steps: u64, out: &Progress) -> Result<RunSummary, RunError> {
+        let trains = self.trains();
         // The last checkpoint is taken before the final evaluation: a longer run resumed from
         // it goes on as if this one had not ended.
-        if self.saved != Some(self.state.phase) {
+        if trains && self.saved != Some(self.state.phase) {
             self.checkpoint()?;
         }
-        let after_rl = self.evaluate(steps, EvalPoint::Final)?;
-        out.println(format!(
-            "after RL ({steps} steps): {} success {}",
-            split_name(self.spec.eval.split),
-            after_rl.describe()
-        ));
-        self.save_weights("policy")?;
-        self.export_adapter()?;
+        let split = split_name(self.spec.eval.split);
+        let after_rl = match (steps, self.state.after_warmup.clone()) {
+            // No RL after the warm-up: its evaluation was of these very weights, and an
+            // evaluation draws the same episodes every time, so it would only be repeated.
+            (0, Some(after_warmup)) => after_warmup,
+            _ => {
+                let evaluation = self.evaluate(steps, EvalPoint::Final)?;
+                let when = if trains {
+                    format!("after RL ({steps} steps)")
+                } else {
+                    "evaluation only (no training)".to_string()
+                };
+                out.println(format!("{when}: {split} success {}", evaluation.describe()));
+                evaluation
+            }
+        };
+        if trains {
+            self.save_weights("policy")?;
+            self.export_adapter()?;
+        }
         let after_warmup = self.state.after_warmup.clone();
         let summary = RunSummary {
             run_dir: self.run_dir.path().to_path_buf(),
