@@ -298,6 +298,12 @@ impl RlRecord {
             flat_groups: self.flat_groups,
         }
     }
+
+    /// The record with the alerts the stability monitor raised on its [`RlRecord::signals`]:
+    /// they are judged from the record, so they join it last.
+    pub(crate) fn with_alerts(self, alerts: Vec<Alert>) -> Self {
+        RlRecord { alerts, ..self }
+    }
 }
 
 fn is_zero(n: &usize) -> bool {

@@ -3,12 +3,14 @@
 //! A run is set up once (`setup`), then goes step by step: an `EpisodeSource` (`source`) plays
 //! or collects the step's episodes, `prepare` turns them into what the update trains on, the
 //! update changes the weights (`update`), the source hands the new weights to the engines,
-//! and the step is recorded, checkpointed and evaluated (`eval`) when due. Everything a run
-//! mutates is one `RunState` (`state`), which is exactly what a checkpoint holds; its RNG
-//! fixes the order of random draws, so the whole run is fixed by the experiment's seed.
+//! and the step's record is composed from what each of them measured (`record`), then
+//! written, checkpointed and evaluated (`eval`) when due. Everything a run mutates is one
+//! `RunState` (`state`), which is exactly what a checkpoint holds; its RNG fixes the order of
+//! random draws, so the whole run is fixed by the experiment's seed.
 
 mod eval;
 mod prepare;
+mod record;
 mod setup;
 mod source;
 mod state;
@@ -35,7 +37,8 @@ use crate::model::{Sampling, TrainBackend};
 use crate::shared_warmup::SharedWarmups;
 use crate::text::{ChatFormat, Transcript};
 use eval::split_name;
-use source::{Asynchronous, EpisodeSource, Synchronous, refresh_stale};
+use record::StepStats;
+use source::{Asynchronous, EpisodeSource, PipelineStats, Synchronous, refresh_stale};
 use state::{Critic, Identity, RunState};
 
 pub use crate::metrics::Evaluation;
@@ -342,9 +345,9 @@ impl<B: TrainBackend> Trainer<B> {
     ) -> Result<(), RunError> {
         for step in done + 1..=steps {
             let collected = source.collect(self, step)?;
-            let mut record = self.learn(step, collected)?;
-            source.publish(self, step, &mut record);
-            self.finish_step(step, steps, record, out)?;
+            let stats = self.learn(step, collected)?;
+            let pipeline = source.publish(self, step);
+            self.finish_step(step, steps, stats, pipeline, out)?;
         }
         Ok(())
     }
@@ -472,18 +475,21 @@ impl<B: TrainBackend> Trainer<B> {
         (group_size, (self.spec.train.batch / group_size).max(1))
     }
 
-    /// What follows every RL step's update: the stability monitor, the progress line, the
-    /// metrics record, and the checkpoint and periodic evaluation when due.
+    /// What follows every RL step's update: its record composed from the phases' `stats` and
+    /// the source's `pipeline` measures, the stability monitor, the progress line, and the
+    /// checkpoint and periodic evaluation when due.
     fn finish_step(
         &mut self,
         step: u64,
         steps: u64,
-        mut record: RlRecord,
+        stats: StepStats,
+        pipeline: Option<PipelineStats>,
         out: &Progress,
     ) -> Result<(), RunError> {
+        let record = RlRecord::compose(stats, pipeline);
         self.state.skipped += u64::from(record.skipped);
         let (alerts, started) = self.state.monitor.observe(&record.signals());
-        record.alerts = alerts;
+        let record = record.with_alerts(alerts);
         for message in started {
             out.println(format!("warning: {message}"));
         }

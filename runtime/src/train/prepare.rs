@@ -323,6 +323,23 @@ pub(super) fn token_advantages(
     }
 }
 
+/// What preparing one step's batch measured, from the batch as played to its advantages.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct PreparedStats {
+    /// The batch as played, before anything was dropped.
+    pub played: Played,
+    /// `sft_from = successes`: solved episodes held for the SFT term after this step.
+    pub successes_kept: Option<usize>,
+    /// The staleness bound's statistics, when turns may come from older weights.
+    pub staleness: Option<Staleness>,
+    /// Groups kept by the filter ([`groups`]).
+    pub groups_kept: usize,
+    /// The token advantages trained on.
+    pub advantages: AdvantageStats,
+    /// PPO: how well the rollout values fit the returns (`algo::explained_variance`).
+    pub explained_variance: Option<f64>,
+}
+
 /// Summary statistics of a batch's token advantages (all 0 without agent tokens).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) struct AdvantageStats {

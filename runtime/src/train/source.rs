@@ -13,7 +13,6 @@ use burn::module::AutodiffModule;
 use super::Trainer;
 use crate::curriculum::training_draw;
 use crate::error::RunError;
-use crate::metrics::RlRecord;
 use crate::model::{Policy, TrainBackend};
 use crate::pipeline::{Board, Collector, Worker};
 use crate::pool::{Engines, Versioned, refresh_due};
@@ -29,7 +28,43 @@ pub(super) struct Collected {
     /// Whether turns may come from older weights, so the staleness bound applies.
     pub versioned: bool,
     /// What the rollout measured.
-    pub record: RlRecord,
+    pub stats: RolloutStats,
+}
+
+/// What an episode source measured of one step's rollout.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RolloutStats {
+    /// Wall-clock seconds of the rollout (asynchronously: of waiting for the batch).
+    pub seconds: f64,
+    /// Trajectories played per second of it (Monte-Carlo continuations not counted).
+    pub trajectories_per_second: f64,
+    /// Monte-Carlo credit: the continuations played.
+    pub monte_carlo: Option<MonteCarloStats>,
+    /// Asynchronous runs: episodes the collector dropped as too stale.
+    pub dropped: Option<usize>,
+}
+
+/// What Monte-Carlo credit's continuations measured of one batch.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct MonteCarloStats {
+    /// Continuations played from snapshots.
+    pub continuations: usize,
+    /// Their mean return (`None` without any).
+    pub mean_return: Option<f64>,
+}
+
+/// What an asynchronous source measured of a whole step, once its weights are published: the
+/// workers ran through the update too.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PipelineStats {
+    /// Fraction of the step the trainer spent waiting for episodes.
+    pub trainer_idle: f64,
+    /// Fraction of the workers' time during the step spent blocked on a full queue.
+    pub rollout_idle: f64,
+    /// Disaggregated engines: seconds the workers spent copying new weights to their devices.
+    pub weight_sync_seconds: Option<f64>,
+    /// Trajectories trained on per second of RL so far (replaces the rollout's rate).
+    pub trajectories_per_second: f64,
 }
 
 /// A source of training episodes.
@@ -39,8 +74,8 @@ pub(super) trait EpisodeSource<B: TrainBackend> {
     fn collect(&mut self, trainer: &mut Trainer<B>, step: u64) -> Result<Collected, RunError>;
 
     /// Hands the policy as it stands after step `step`'s update (version `step`) to the
-    /// engines, and adds to `record` what the source measured of the step.
-    fn publish(&mut self, trainer: &mut Trainer<B>, step: u64, record: &mut RlRecord);
+    /// engines; an asynchronous source returns what it measured of the whole step.
+    fn publish(&mut self, trainer: &mut Trainer<B>, step: u64) -> Option<PipelineStats>;
 }
 
 /// Cross-policy sampling: the stale engines take `fresh`, the policy of `version`, every
@@ -115,25 +150,25 @@ impl<B: TrainBackend> EpisodeSource<B> for Synchronous {
         let estimates = plan
             .is_some()
             .then(|| monte_carlo_values(trainer, &inference, &episodes, forks));
-        let rollout_seconds = started.elapsed().as_secs_f64();
-        let record = RlRecord {
-            rollout_seconds,
-            trajectories_per_second: episodes.len() as f64 / rollout_seconds.max(1e-9),
-            mc_continuations: estimates.as_ref().map(|e| e.continuations),
-            mc_value: estimates.as_ref().and_then(|e| e.mean_return),
-            ..RlRecord::default()
+        let seconds = started.elapsed().as_secs_f64();
+        let stats = RolloutStats {
+            seconds,
+            trajectories_per_second: episodes.len() as f64 / seconds.max(1e-9),
+            monte_carlo: estimates.as_ref().map(|e| e.stats),
+            dropped: None,
         };
         Ok(Collected {
             episodes,
             turn_values: estimates.map(|e| e.turn_values),
             versioned: trainer.state.stale.is_some(),
-            record,
+            stats,
         })
     }
 
-    fn publish(&mut self, trainer: &mut Trainer<B>, step: u64, _record: &mut RlRecord) {
+    fn publish(&mut self, trainer: &mut Trainer<B>, step: u64) -> Option<PipelineStats> {
         let fresh = trainer.state.policy.valid();
         refresh_stale(trainer, &fresh, step);
+        None
     }
 }
 
@@ -142,10 +177,8 @@ struct Estimates {
     /// Per episode, the mean continuation return of each snapshotted turn boundary, 0
     /// elsewhere.
     turn_values: Vec<Vec<f32>>,
-    /// Continuations played.
-    continuations: usize,
-    /// Their mean return.
-    mean_return: Option<f64>,
+    /// The continuations' count and mean return.
+    stats: MonteCarloStats,
 }
 
 /// Monte-Carlo credit: plays the snapshots' continuations with `policy` and averages their
@@ -178,8 +211,10 @@ fn monte_carlo_values<B: TrainBackend>(
     }
     Estimates {
         turn_values,
-        continuations: all.len(),
-        mean_return: (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64),
+        stats: MonteCarloStats {
+            continuations: all.len(),
+            mean_return: (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64),
+        },
     }
 }
 
@@ -272,21 +307,21 @@ impl<B: TrainBackend> EpisodeSource<B> for Asynchronous<B> {
             self.collector
                 .batch(&self.finished, groups, group_size, step - 1, max_staleness)?;
         self.waited = self.step_started.elapsed().as_secs_f64();
-        let record = RlRecord {
-            rollout_seconds: self.waited,
+        let stats = RolloutStats {
+            seconds: self.waited,
             trajectories_per_second: episodes.len() as f64 / self.waited.max(1e-9),
+            monte_carlo: None,
             dropped: Some(std::mem::take(&mut self.collector.dropped)),
-            ..RlRecord::default()
         };
         Ok(Collected {
             episodes,
             turn_values: None,
             versioned: true,
-            record,
+            stats,
         })
     }
 
-    fn publish(&mut self, trainer: &mut Trainer<B>, step: u64, record: &mut RlRecord) {
+    fn publish(&mut self, trainer: &mut Trainer<B>, step: u64) -> Option<PipelineStats> {
         let fresh = trainer.state.policy.valid();
         let refreshed = refresh_stale(trainer, &fresh, step);
         self.board.publish(
@@ -297,15 +332,16 @@ impl<B: TrainBackend> EpisodeSource<B> for Asynchronous<B> {
             trainer.state.stale.clone().filter(|_| refreshed),
         );
         let wall = self.step_started.elapsed().as_secs_f64();
-        record.trainer_idle = Some(self.waited / wall.max(1e-9));
         let workers = trainer.spec.pool.engines.max(1) as f64;
         let blocked = self.board.blocked_seconds() - self.blocked_before;
-        record.rollout_idle = Some((blocked / (wall * workers).max(1e-9)).min(1.0));
-        if !trainer.engine_devices.is_empty() {
-            record.weight_sync_seconds = Some(self.board.sync_seconds() - self.synced_before);
-        }
         let (group_size, groups) = trainer.batch_shape();
-        record.trajectories_per_second = (step - self.done) as f64 * (groups * group_size) as f64
-            / self.started.elapsed().as_secs_f64().max(1e-9);
+        Some(PipelineStats {
+            trainer_idle: self.waited / wall.max(1e-9),
+            rollout_idle: (blocked / (wall * workers).max(1e-9)).min(1.0),
+            weight_sync_seconds: (!trainer.engine_devices.is_empty())
+                .then(|| self.board.sync_seconds() - self.synced_before),
+            trajectories_per_second: (step - self.done) as f64 * (groups * group_size) as f64
+                / self.started.elapsed().as_secs_f64().max(1e-9),
+        })
     }
 }

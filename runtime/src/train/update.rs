@@ -9,13 +9,16 @@ use rand_chacha::ChaCha8Rng;
 use agentry_dsl::spec::{self, AlgorithmKind, KlPlacement, SftSource, ValueHead};
 
 use super::Trainer;
-use super::prepare::{self, AdvantageStats, Advantages, Example};
+use super::prepare::{self, AdvantageStats, Advantages, Example, PreparedStats};
+use super::record::StepStats;
 use super::source::Collected;
-use crate::algo::loss::{PolicyLossConfig, kl_estimate, truncated_is_weights};
-use crate::algo::{PolicyLossInput, ValueStats, explained_variance, policy_loss, value_loss};
+use crate::algo::loss::{IsStats, PolicyLossConfig, kl_estimate, truncated_is_weights};
+use crate::algo::{
+    LossStats, PolicyLossInput, ValueStats, explained_variance, policy_loss, value_loss,
+};
 use crate::checkpoint::Phase;
 use crate::error::{RunError, Update};
-use crate::metrics::{Progress, Record, RlRecord};
+use crate::metrics::{Progress, Record};
 use crate::model::{Kernels, Policy, Scores, TrainBackend, Want};
 use crate::optim::{Descent, descend};
 use crate::rollout::Episode;
@@ -27,6 +30,32 @@ pub const LENGTH_BUCKET: usize = 8;
 /// The ChaCha stream of the run's seed that LoRA dropout's per-update seeds come from
 /// (evaluation uses its own seed; training's RNG is stream 0).
 const DROPOUT_STREAM: u64 = 0xd20f;
+
+/// What one RL update measured over its epochs.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct UpdateStats {
+    /// The last applied policy epoch; `None` when every epoch was skipped as not finite.
+    pub applied: Option<AppliedEpoch>,
+    /// PPO's value loss (last epoch that computed it).
+    pub value: Option<ValueStats>,
+    /// Truncated importance sampling: the weights at the update's start.
+    pub importance: Option<IsStats>,
+    /// Updates (policy epochs and critic updates) skipped because they were not finite.
+    pub skipped_nonfinite: usize,
+    /// Wall-clock seconds of the update.
+    pub seconds: f64,
+}
+
+/// The loss of an applied policy epoch, its terms and its gradient norm before clipping.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AppliedEpoch {
+    /// The total loss.
+    pub loss: f32,
+    /// The policy loss's terms.
+    pub terms: LossStats,
+    /// Gradient norm before clipping.
+    pub grad_norm: f32,
+}
 
 impl<B: TrainBackend> Trainer<B> {
     /// Behaviour cloning of the oracle demonstrations, from warm-up step `done + 1`.
@@ -79,37 +108,29 @@ impl<B: TrainBackend> Trainer<B> {
 
     /// RL step `step` on the episodes `collected` holds: the batch's statistics as played,
     /// then [`prepare`] (KL penalty, staleness, filter, advantages), then the update.
-    pub(super) fn learn(&mut self, step: u64, collected: Collected) -> Result<RlRecord, RunError> {
+    pub(super) fn learn(&mut self, step: u64, collected: Collected) -> Result<StepStats, RunError> {
         let Collected {
             episodes,
             turn_values,
             versioned,
-            record,
+            stats: rollout,
         } = collected;
         let algorithm = self.spec.algorithm.clone();
         let task_names: Vec<&str> = self.spec.tasks.iter().map(|t| t.name.as_str()).collect();
         let played = prepare::played(&task_names, &episodes);
-        let mut record = RlRecord {
-            step,
-            stage: self.curriculum.stage_name(step - 1).to_string(),
-            tasks: played.tasks,
-            sft_alpha: algorithm.sft.at(step - 1),
-            success: played.success,
-            mean_return: played.mean_return,
-            reward_std: played.reward_std,
-            flat_groups: played.flat_groups,
-            ..record
+        let successes_kept = match algorithm.sft_from {
+            SftSource::Successes { keep } => {
+                let solved = episodes
+                    .iter()
+                    .filter(|e| e.success && !e.transcript.tokens.is_empty());
+                let successes = &mut self.state.successes;
+                successes.extend(solved.map(|e| e.transcript.clone()));
+                let excess = successes.len().saturating_sub(keep);
+                successes.drain(..excess);
+                Some(successes.len())
+            }
+            SftSource::Oracle => None,
         };
-        if let SftSource::Successes { keep } = algorithm.sft_from {
-            let solved = episodes
-                .iter()
-                .filter(|e| e.success && !e.transcript.tokens.is_empty());
-            let successes = &mut self.state.successes;
-            successes.extend(solved.map(|e| e.transcript.clone()));
-            let excess = successes.len().saturating_sub(keep);
-            successes.drain(..excess);
-            record.successes_kept = Some(successes.len());
-        }
 
         let penalties = match algorithm.kl.placement {
             KlPlacement::Reward => self.kl_penalties(&episodes),
@@ -118,16 +139,15 @@ impl<B: TrainBackend> Trainer<B> {
         let mut examples = prepare::credit(episodes, penalties.as_deref(), turn_values);
         // Like the filter below, the staleness bound decides what is trained on; the success and
         // return above describe every episode played.
-        if versioned {
+        let staleness = if versioned {
             let (kept, staleness) =
                 prepare::within_staleness(examples, step - 1, self.spec.pool.max_staleness);
             examples = kept;
-            record.staleness = staleness.histogram;
-            record.stale_turns = Some(staleness.stale_turns);
-            record.dropped = Some(record.dropped.unwrap_or(0) + staleness.dropped);
-        }
+            Some(staleness)
+        } else {
+            None
+        };
         let examples = prepare::filter_groups(examples, algorithm.filter);
-        record.groups_kept = prepare::groups(&examples);
         // PPO: the critic's values at the rollout (no gradient), then GAE on them.
         let old_values = match algorithm.kind {
             AlgorithmKind::Ppo => Some(self.rollout_values(&examples)),
@@ -137,39 +157,55 @@ impl<B: TrainBackend> Trainer<B> {
             advantages,
             returns,
         } = prepare::token_advantages(&algorithm, &examples, old_values.as_deref());
-        let stats = AdvantageStats::of(&advantages);
-        record.agent_tokens = stats.agent_tokens;
-        record.advantage_mean = stats.mean;
-        record.advantage_std = stats.std;
-        record.advantage_min = stats.min;
-        record.advantage_max = stats.max;
-        let critic_targets = match (&old_values, &returns) {
+        // PPO: the rollout values' fit to the returns, and whether the critic has any target to
+        // learn (an update runs for it even when every advantage is 0).
+        let (fit, critic_targets) = match (&old_values, &returns) {
             (Some(values), Some(returns)) => {
                 let (values, returns): (Vec<f32>, Vec<f32>) = (values.concat(), returns.concat());
-                record.explained_variance = Some(explained_variance(&returns, &values));
-                values != returns
+                (
+                    Some(explained_variance(&returns, &values)),
+                    values != returns,
+                )
             }
-            _ => false,
+            _ => (None, false),
         };
-        if advantages.iter().flatten().all(|a| *a == 0.0) && !critic_targets {
-            record.skipped = true;
-            return Ok(record);
-        }
-        let targets = old_values
-            .zip(returns)
-            .map(|(values, returns)| ValueTargets { values, returns });
-        self.update(step, &examples, &advantages, targets, record)
+        let prepared = PreparedStats {
+            played,
+            successes_kept,
+            staleness,
+            groups_kept: prepare::groups(&examples),
+            advantages: AdvantageStats::of(&advantages),
+            explained_variance: fit,
+        };
+        let sft_alpha = algorithm.sft.at(step - 1);
+        let update = if advantages.iter().flatten().all(|a| *a == 0.0) && !critic_targets {
+            None
+        } else {
+            let targets = old_values
+                .zip(returns)
+                .map(|(values, returns)| ValueTargets { values, returns });
+            Some(self.update(step, &examples, &advantages, targets, sft_alpha)?)
+        };
+        Ok(StepStats {
+            step,
+            stage: self.curriculum.stage_name(step - 1).to_string(),
+            sft_alpha,
+            rollout,
+            prepared,
+            update,
+        })
     }
 
-    /// The epochs of RL step `step`'s update on `examples`, with PPO's value `targets`.
+    /// The epochs of RL step `step`'s update on `examples`, with PPO's value `targets` and the
+    /// SFT term weighed by `sft_alpha`.
     fn update(
         &mut self,
         step: u64,
         examples: &[Example],
         advantages: &[Vec<f32>],
         targets: Option<ValueTargets>,
-        mut record: RlRecord,
-    ) -> Result<RlRecord, RunError> {
+        sft_alpha: f64,
+    ) -> Result<UpdateStats, RunError> {
         let algorithm = self.spec.algorithm.clone();
         let group_size = algorithm.group_size.max(1);
         let update_started = std::time::Instant::now();
@@ -208,6 +244,7 @@ impl<B: TrainBackend> Trainer<B> {
         // Truncated importance sampling: the ratio is taken against the policy the update
         // starts from, and each token weighed by how much likelier that policy finds it than
         // the one that sampled it, capped.
+        let mut stats = UpdateStats::default();
         let (old_logprobs, is_weights) = match algorithm.is_cap {
             None => (batch.old_logprobs.clone(), None),
             Some(cap) => {
@@ -221,14 +258,13 @@ impl<B: TrainBackend> Trainer<B> {
                 )
                 .logprobs;
                 let start = Tensor::<B, 2>::from_inner(start);
-                let (weights, stats) = truncated_is_weights(
+                let (weights, importance) = truncated_is_weights(
                     start.clone(),
                     batch.old_logprobs.clone(),
                     batch.mask.clone(),
                     cap,
                 );
-                record.is_weight = Some(stats.mean);
-                record.is_truncated = Some(stats.truncated);
+                stats.importance = Some(importance);
                 (start, Some(weights))
             }
         };
@@ -244,7 +280,7 @@ impl<B: TrainBackend> Trainer<B> {
                 temperature,
                 want,
             );
-            let (mut loss, stats) = policy_loss(
+            let (mut loss, terms) = policy_loss(
                 PolicyLossInput {
                     logprobs: scores.logprobs,
                     old_logprobs: old_logprobs.clone(),
@@ -267,44 +303,38 @@ impl<B: TrainBackend> Trainer<B> {
                     algorithm.value_clip,
                 );
                 loss = loss + value * algorithm.value_coef;
-                record.value_loss = Some(value_stats.loss);
-                record.value_clip_frac = Some(value_stats.clip_frac);
+                stats.value = Some(value_stats);
             }
             let pool: Vec<&Transcript> = match algorithm.sft_from {
                 SftSource::Oracle => self.demos.iter().collect(),
                 SftSource::Successes { .. } => self.state.successes.iter().collect(),
             };
-            if record.sft_alpha > 0.0 && !pool.is_empty() {
+            if sft_alpha > 0.0 && !pool.is_empty() {
                 let demos: Vec<&Transcript> = (0..group_size.max(4))
                     .map(|_| pool[self.state.rng.random_range(0..pool.len())])
                     .collect();
-                loss = loss + self.padded::<B>(&demos).nll(&self.state.policy) * record.sft_alpha;
+                loss = loss + self.padded::<B>(&demos).nll(&self.state.policy) * sft_alpha;
             }
             let descent = self.apply(loss, self.spec.train.lr);
             // A skipped update leaves the step's loss terms as they were (0 if no epoch ran).
             let Some(grad_norm) = self.survive(descent, Update::Rl { step })? else {
-                record.skipped_nonfinite += 1;
+                stats.skipped_nonfinite += 1;
                 continue;
             };
-            record.loss = descent.loss();
-            record.policy_loss = stats.policy;
-            record.entropy = stats.entropy;
-            record.kl = stats.kl;
-            record.clip_low = stats.clip_low;
-            record.clip_high = stats.clip_high;
-            record.grad_norm = grad_norm;
+            stats.applied = Some(AppliedEpoch {
+                loss: descent.loss(),
+                terms,
+                grad_norm,
+            });
             if let (false, Some((old, returns))) = (shared, &value_targets) {
                 match self.critic_step(&transcripts, old, returns, &batch.mask, step)? {
-                    Some(stats) => {
-                        record.value_loss = Some(stats.loss);
-                        record.value_clip_frac = Some(stats.clip_frac);
-                    }
-                    None => record.skipped_nonfinite += 1,
+                    Some(value_stats) => stats.value = Some(value_stats),
+                    None => stats.skipped_nonfinite += 1,
                 }
             }
         }
-        record.update_seconds = update_started.elapsed().as_secs_f64();
-        Ok(record)
+        stats.seconds = update_started.elapsed().as_secs_f64();
+        Ok(stats)
     }
 
     /// With LoRA dropout, reseeds the backend's RNG, which burn's dropout draws its
