@@ -33,6 +33,7 @@ mod compiled {
     agentry::experiment!("experiments/quickstart.arl");
     agentry::experiment!("experiments/reinforce_pp_kg.arl");
     agentry::experiment!("experiments/rloo_kg.arl");
+    agentry::experiment!("experiments/smollm2_lora.arl");
     agentry::experiment!("experiments/smollm2_zero_shot.arl");
     agentry::experiment!("experiments/specialists.arl");
 }
@@ -43,7 +44,7 @@ mod compiled {
 fn generated_code_builds_the_checked_spec() {
     use agentry::Experiment;
     use compiled::*;
-    let compiled: [(&str, &dyn Experiment); 10] = [
+    let compiled: [(&str, &dyn Experiment); 11] = [
         ("ablations.arl", &Ablations),
         ("agentrl.arl", &Agentrl),
         ("custom_env.arl", &CustomEnv),
@@ -52,6 +53,7 @@ fn generated_code_builds_the_checked_spec() {
         ("quickstart.arl", &Quickstart),
         ("reinforce_pp_kg.arl", &ReinforcePpKg),
         ("rloo_kg.arl", &RlooKg),
+        ("smollm2_lora.arl", &Smollm2Lora),
         ("smollm2_zero_shot.arl", &Smollm2ZeroShot),
         ("specialists.arl", &Specialists),
     ];
