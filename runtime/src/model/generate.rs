@@ -101,34 +101,173 @@ pub fn generate<B: Kernels>(
     sampling: &Sampling,
     rng: &mut impl Rng,
 ) -> Vec<Generation> {
+    decode(policy, prompts, None, sampling, rng)
+}
+
+/// A sequence's keys and values, kept from the generation that produced them so that a
+/// continuation of the sequence (the next turn of a conversation) prefills only its new
+/// tokens: per block, `[1, len, kv_heads, head_dim]`.
+///
+/// Keys and values depend on the weights: keep them only for the policy that computed them.
+#[derive(Clone, Debug)]
+pub struct KeptCache<B: Backend> {
+    /// The tokens the keys and values are of.
+    tokens: Vec<u32>,
+    /// Per block, keys and values.
+    layers: Vec<(Tensor<B, 4>, Tensor<B, 4>)>,
+}
+
+impl<B: Backend> KeptCache<B> {
+    /// Tokens covered.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether no token is covered.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Bytes the keys and values take.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|(k, v)| (k.shape().num_elements() + v.shape().num_elements()) * 4)
+            .sum()
+    }
+
+    /// How many leading tokens of `prompt` this covers: the prefix the two share (a token's
+    /// key and value depend only on the tokens up to it).
+    fn reusable_for(&self, prompt: &[u32]) -> usize {
+        self.tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+    }
+}
+
+/// [`generate`] that reuses and keeps each sequence's keys and values across calls: `kept[i]`
+/// holds, on entry, what an earlier call kept for a sequence that `prompts[i]` may continue
+/// (the tokens it shares with the prompt's start are not computed again) and, on return, the
+/// keys and values of `prompts[i]` and its generation (all but the last token, which was never
+/// fed), or `None` for a prompt that generated nothing.
+///
+/// The result is [`generate`]'s, up to floating-point rounding: the prompts' new tokens are
+/// prefilled as one chunk against the kept prefixes, at the positions and under the mask a
+/// whole prefill would use.
+pub fn generate_kept<B: Kernels>(
+    policy: &Policy<B>,
+    prompts: &[Vec<u32>],
+    kept: &mut [Option<KeptCache<B>>],
+    sampling: &Sampling,
+    rng: &mut impl Rng,
+) -> Vec<Generation> {
+    assert_eq!(kept.len(), prompts.len(), "one kept cache slot per prompt");
+    decode(policy, prompts, Some(kept), sampling, rng)
+}
+
+/// [`generate`] and [`generate_kept`]: prefill, then one token per unfinished row per step.
+fn decode<B: Kernels>(
+    policy: &Policy<B>,
+    prompts: &[Vec<u32>],
+    mut kept: Option<&mut [Option<KeptCache<B>>]>,
+    sampling: &Sampling,
+    rng: &mut impl Rng,
+) -> Vec<Generation> {
     let mut decoder = Decoder::new(prompts, sampling, policy.context);
+    if let Some(kept) = kept.as_deref_mut() {
+        for (i, slot) in kept.iter_mut().enumerate() {
+            if !decoder.rows.contains(&i) {
+                *slot = None;
+            }
+        }
+    }
     if decoder.rows.is_empty() {
         return decoder.out;
     }
     let device = policy.device();
-
-    // Prefill: left-pad to the longest prompt.
-    let rows = &decoder.rows;
-    let width = rows.iter().map(|&i| prompts[i].len()).max().unwrap_or(0);
-    let mut pads: Vec<usize> = rows.iter().map(|&i| width - prompts[i].len()).collect();
+    let rows = decoder.rows.clone();
+    let lens: Vec<usize> = rows.iter().map(|&i| prompts[i].len()).collect();
+    let width = lens.iter().copied().max().unwrap_or(0);
+    // Tokens of each row already in its kept cache (at least one is left to compute, for the
+    // logits of the first new token).
+    let reused: Vec<usize> = match kept.as_deref() {
+        Some(kept) => rows
+            .iter()
+            .map(|&i| {
+                let covered = kept[i].as_ref().map_or(0, |c| c.reusable_for(&prompts[i]));
+                covered.min(prompts[i].len() - 1)
+            })
+            .collect(),
+        None => vec![0; rows.len()],
+    };
+    // The prefill chunk: the last `chunk` tokens of every row, so every row's new tokens are
+    // in it (a row with a longer kept prefix recomputes a few it had). Left-padded as a whole
+    // prefill is: row `r`'s tokens end at column `width`, its first at `pads[r]`.
+    let chunk = lens
+        .iter()
+        .zip(&reused)
+        .map(|(len, reused)| len - reused)
+        .max()
+        .unwrap_or(width);
+    let mut pads: Vec<usize> = lens.iter().map(|&len| width - len).collect();
     let n = rows.len();
-    let mut ids = Vec::with_capacity(n * width);
-    let mut positions = Vec::with_capacity(n * width);
+    let mut ids = Vec::with_capacity(n * chunk);
+    let mut positions = Vec::with_capacity(n * chunk);
     for (r, &i) in rows.iter().enumerate() {
-        ids.extend(std::iter::repeat_n(0i64, pads[r]));
-        ids.extend(prompts[i].iter().map(|&t| t as i64));
-        positions.extend((0..width).map(|j| j.saturating_sub(pads[r])));
+        let len = lens[r];
+        let blank = chunk.saturating_sub(len);
+        ids.extend(std::iter::repeat_n(0i64, blank));
+        ids.extend(prompts[i][len + blank - chunk..].iter().map(|&t| t as i64));
+        positions.extend((0..chunk).map(|j| (len + j).saturating_sub(chunk)));
     }
-    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, width]), &device);
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, chunk]), &device);
     let pos = Positions::new(&positions, &policy.rope, padded(&pads, true), &device);
     // Room for the longest prompt and every token a row may add (at most the context).
     let capacity = width + sampling.max_new_tokens.min(policy.context);
     let mut caches = vec![LayerCache::<B>::with_capacity(capacity); policy.blocks.len()];
+    if chunk < width {
+        let kept = kept.as_deref().expect("only kept caches shorten the chunk");
+        let before = width - chunk;
+        for (l, cache) in caches.iter_mut().enumerate() {
+            // Some row reuses a prefix (or the chunk would be the whole width): its shape.
+            let [_, _, kvh, hd] = rows
+                .iter()
+                .find_map(|&i| kept[i].as_ref().map(|c| c.layers[l].0.dims()))
+                .expect("a row reuses a kept prefix");
+            let blank = |columns: usize| Tensor::<B, 4>::zeros([1, columns, kvh, hd], &device);
+            let (k, v): (Vec<_>, Vec<_>) = rows
+                .iter()
+                .enumerate()
+                .map(|(r, &i)| {
+                    // Row `r`'s columns before the chunk: padding, then its first tokens.
+                    let known = before.saturating_sub(pads[r]);
+                    // No zero-width blank: not every backend allocates empty buffers.
+                    let row = |t: &Tensor<B, 4>| {
+                        let tokens = t.clone().narrow(1, 0, known);
+                        match before - known {
+                            0 => tokens,
+                            pad => Tensor::cat(vec![blank(pad), tokens], 1),
+                        }
+                    };
+                    match &kept[i] {
+                        Some(c) if known > 0 => (row(&c.layers[l].0), row(&c.layers[l].1)),
+                        _ => (blank(before), blank(before)),
+                    }
+                })
+                .unzip();
+            cache.prefill_with(Tensor::cat(k, 0), Tensor::cat(v, 0));
+        }
+    }
     let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
     let mut logits = last_logits(policy, hidden);
 
     loop {
         let keep = decoder.advance(&host(logits), policy.vocab, rng);
+        if let Some(kept) = kept.as_deref_mut() {
+            keep_finished(&decoder, &keep, &caches, &pads, kept);
+        }
         if keep.is_empty() {
             return decoder.out;
         }
@@ -163,6 +302,30 @@ pub fn generate<B: Kernels>(
         let pos = Positions::new(&positions, &policy.rope, padded(&pads, false), &device);
         let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
         logits = last_logits(policy, hidden);
+    }
+}
+
+/// Keeps the keys and values of the rows that just finished (batch positions not in `going`):
+/// the prompt and every generated token but the last, copied out of the batch's buffers.
+fn keep_finished<B: Kernels>(
+    decoder: &Decoder<'_>,
+    going: &[usize],
+    caches: &[LayerCache<B>],
+    pads: &[usize],
+    kept: &mut [Option<KeptCache<B>>],
+) {
+    for (r, &i) in decoder.rows.iter().enumerate() {
+        if going.contains(&r) {
+            continue;
+        }
+        let generated = &decoder.out[i].tokens;
+        let mut tokens = decoder.prompts[i].clone();
+        tokens.extend_from_slice(&generated[..generated.len() - 1]);
+        let layers = caches
+            .iter()
+            .map(|cache| cache.row(r, pads[r], tokens.len()))
+            .collect();
+        kept[i] = Some(KeptCache { tokens, layers });
     }
 }
 

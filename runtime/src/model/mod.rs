@@ -16,7 +16,7 @@ pub mod lora;
 mod pretrained;
 mod transformer;
 
-pub use generate::{Generation, Sampling, generate, generate_uncached};
+pub use generate::{Generation, KeptCache, Sampling, generate, generate_kept, generate_uncached};
 pub use kernels::{Kernels, TrainBackend};
 pub use pretrained::{LoadError, Origin, Pretrained, base_digest, pretrained_config};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};

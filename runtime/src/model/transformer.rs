@@ -258,6 +258,34 @@ impl<B: Kernels> LayerCache<B> {
         (ck, cv, end)
     }
 
+    /// Starts the cache with `[batch, t, kv_heads, head_dim]` keys and values computed
+    /// earlier (a kept prefix), as if a prefill of `t` tokens had written them.
+    pub(crate) fn prefill_with(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) {
+        debug_assert_eq!(self.len, 0, "a prefix goes into an empty cache");
+        self.append(k, v);
+    }
+
+    /// Row `row`'s keys and values at positions `start .. start + len`, copied out of the
+    /// batch's buffers (`[1, len, kv_heads, head_dim]` each), so keeping them does not keep
+    /// the buffers alive or stop the next step from writing them in place.
+    pub(crate) fn row(&self, row: usize, start: usize, len: usize) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let (k, v) = self
+            .kv
+            .as_ref()
+            .expect("a cache holds what its prefill wrote");
+        debug_assert_eq!(
+            start + len,
+            self.len,
+            "a row's tokens end where the cache does"
+        );
+        let copy = |t: &Tensor<B, 4>| {
+            let [_, _, kvh, hd] = t.dims();
+            let out = Tensor::<B, 4>::zeros([1, len, kvh, hd], &t.device());
+            kernels::cache_write(out, 0, t.clone().narrow(0, row, 1).narrow(1, start, len))
+        };
+        (copy(k), copy(v))
+    }
+
     /// Keeps the batch rows `keep` (indices into the current batch) and drops the first `trim`
     /// positions of every row.
     pub(crate) fn retain(&mut self, keep: &Tensor<B, 1, burn::tensor::Int>, trim: usize) {

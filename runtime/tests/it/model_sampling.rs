@@ -4,7 +4,8 @@
 
 use crate::common;
 use agentry_runtime::model::{
-    Generation, Policy, PolicyConfig, Sampling, generate, generate_uncached,
+    Generation, KeptCache, Policy, PolicyConfig, Sampling, generate, generate_kept,
+    generate_uncached,
 };
 use burn::backend::Flex;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -243,6 +244,52 @@ fn cached_generation_equals_recomputation_without_cache() {
 /// What training recomputes for the generated tokens ([`Policy::scored_logprobs`] at the
 /// sampling temperature) is what sampling recorded, whatever top-k and top-p kept: a fresh
 /// token's importance ratio is exactly 1.
+/// Three turns of five conversations: each turn's prompt is the last one, its reply and a few
+/// new tokens (an observation). Keeping each sequence's keys and values between turns and
+/// prefilling only the new tokens gives what a whole prefill gives, for grouped-query and full
+/// heads; of a kept cache that is not a prefix of its prompt (another conversation's), only
+/// the tokens the two share are reused.
+#[test]
+fn kept_caches_continue_conversations_as_a_whole_prefill_would() {
+    for kv_heads in [2, 4] {
+        let p = policy(kv_heads, 17);
+        let sampling = Sampling {
+            greedy: true,
+            max_new_tokens: 5,
+            stop: vec![9],
+            ..Sampling::default()
+        };
+        let mut prompts = prompts();
+        let mut kept: Vec<Option<KeptCache<B>>> = vec![None; prompts.len()];
+        for turn in 0..3 {
+            if turn == 2 {
+                // Conversations 0 and 1 swap caches: they share their first token only.
+                kept.swap(0, 1);
+            }
+            let whole = generate(&p, &prompts, &sampling, &mut ChaCha8Rng::seed_from_u64(1));
+            let reused = generate_kept(
+                &p,
+                &prompts,
+                &mut kept,
+                &sampling,
+                &mut ChaCha8Rng::seed_from_u64(1),
+            );
+            for (i, (a, b)) in whole.iter().zip(&reused).enumerate() {
+                let what = format!("kv_heads {kv_heads}, turn {turn}, conversation {i}");
+                assert_eq!(a.tokens, b.tokens, "{what}");
+                assert_close(&a.logprobs, &b.logprobs, 1e-5, &what);
+                let cache = kept[i].as_ref().expect("every conversation generated");
+                assert_eq!(cache.len(), prompts[i].len() + a.tokens.len() - 1, "{what}");
+            }
+            // The next prompt: this one, its reply, and an observation of 1 to 5 tokens.
+            for (i, (prompt, reply)) in prompts.iter_mut().zip(&whole).enumerate() {
+                prompt.extend_from_slice(&reply.tokens);
+                prompt.extend((0..1 + (i + turn) % 5).map(|k| (11 + 3 * k + turn) as u32));
+            }
+        }
+    }
+}
+
 #[test]
 fn recorded_logprobs_are_what_training_scores() {
     let p = policy(2, 16);
