@@ -113,6 +113,9 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=256, help="new tokens (--generate)")
     parser.add_argument("--generate", action="store_true", help="time generation instead")
     parser.add_argument(
+        "--recompute", action="store_true", help="with --lora: gradient checkpointing per layer"
+    )
+    parser.add_argument(
         "--lora", type=int, default=0, help="train PEFT LoRA adapters of this rank (transformers' Llama)"
     )
     args = parser.parse_args()
@@ -198,6 +201,11 @@ def lora_training(args):
             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         ),
     )
+    if args.recompute:
+        # transformers' activation checkpointing per decoder layer; PEFT needs the inputs to
+        # take a gradient for the frozen embedding's output to reach the checkpointed layers.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-3, betas=(0.9, 0.999), eps=1e-5, weight_decay=0.01)
     tokens = torch.randint(8, args.vocab, (args.batch, args.seq + 1))
@@ -209,7 +217,7 @@ def lora_training(args):
         targets,
         trainable,
         optimizer,
-        f" + PEFT LoRA rank {args.lora}",
+        f" + PEFT LoRA rank {args.lora}" + (", gradient checkpointing" if args.recompute else ""),
     )
 
 

@@ -12,6 +12,8 @@
 //! cargo run --release --example bench_policy -- --decomposed # burn's ops, no fused kernels
 //! cargo run --release --example bench_policy -- --model smollm2 --lora 16 --batch 8 --seq 512 \
 //!     --only train --torch                                  # LoRA training and its memory
+//! cargo run --release --example bench_policy -- --model smollm2 --lora 16 --batch 8 --seq 512 \
+//!     --only train --recompute --torch                      # ... with recomputed blocks
 //! RAYON_NUM_THREADS=1 cargo run --release --example bench_policy -- --torch --only train
 //! ```
 //!
@@ -35,6 +37,8 @@
 //! over the frozen model instead of every weight, on any model (SmolLM2's shape included); the
 //! PyTorch twin is then transformers' Llama with PEFT's LoRA. Each side prints its peak
 //! resident memory (`VmHWM`, `ru_maxrss`): run `--only train` for the training's own peak.
+//! `--recompute` recomputes each block's activations in the backward pass
+//! (`train { recompute = true }`; transformers' gradient checkpointing on the PyTorch side).
 //!
 //! Targets (issue 16): training at least 1.2× PyTorch's tokens per second at 1 and 2 threads;
 //! KV-cache generation at least 2× transformers' `generate`. Issue 18: LoRA rank 16 at batch 8
@@ -44,12 +48,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agentry::model::{Policy, PolicyConfig, Sampling, generate, generate_uncached};
+use agentry::model::{Policy, PolicyConfig, Sampling, generate, generate_uncached, recompute};
 use agentry::optim::{PolicyOptimizer, clip_global_norm};
 use agentry::spec;
 use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
-use burn::optim::GradientsParams;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -102,6 +105,9 @@ struct Args {
     /// Train LoRA adapters of this rank over the frozen model instead of every weight.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     lora: Option<u32>,
+    /// Recompute each block's activations in the backward pass instead of keeping them.
+    #[arg(long)]
+    recompute: bool,
 }
 
 /// The sizes of one benchmark run.
@@ -248,9 +254,9 @@ fn measure(args: &Args) -> agentry::Result<()> {
         targets: spec::LoraTarget::ALL.to_vec(),
     });
     if args.only != "generate" && (args.model != "smollm2" || lora.is_some()) {
-        let measured = bench_training(&sizes, &config, &mut rng, lora.as_ref());
+        let measured = bench_training(&sizes, &config, &mut rng, lora.as_ref(), args.recompute);
         if args.torch {
-            torch_training(&sizes, threads, measured, lora.as_ref())?;
+            torch_training(&sizes, threads, measured, lora.as_ref(), args.recompute)?;
         }
     }
     if args.only != "train" {
@@ -277,18 +283,20 @@ fn bench_training(
     config: &PolicyConfig,
     rng: &mut ChaCha8Rng,
     lora: Option<&spec::Lora>,
+    recompute: bool,
 ) -> Training {
     let rows: Vec<Vec<u32>> = (0..sizes.batch)
         .map(|_| random_tokens(rng, sizes.seq + 1, sizes.vocab))
         .collect();
     let tokens_per_step = (sizes.batch * sizes.seq) as f64;
     println!(
-        "\n(a) training{}: batch {} x {} positions, forward + backward + clip + AdamW, \
+        "\n(a) training{}{}: batch {} x {} positions, forward + backward + clip + AdamW, \
          mean of {} timed step(s) after 1 untimed",
         lora.map_or(String::new(), |l| format!(
             " LoRA rank {} (base frozen)",
             l.rank
         )),
+        if recompute { ", blocks recomputed" } else { "" },
         sizes.batch,
         sizes.seq,
         sizes.steps
@@ -305,7 +313,7 @@ fn bench_training(
     // The trainer's loss first, so the peak memory printed after it is the trainer's.
     let sft = report(
         "trainer's SFT loss (fused head)",
-        time_training(config, &rows, sizes.steps, Loss::Sft, lora),
+        time_training(config, &rows, sizes.steps, Loss::Sft, lora, recompute),
     );
     println!("  peak resident memory so far: {}", peak_memory());
     // The full logits of a large vocabulary are what the fused head avoids; with LoRA (the
@@ -313,7 +321,7 @@ fn bench_training(
     let lm = lora.is_none().then(|| {
         report(
             "plain LM loss (full logits)",
-            time_training(config, &rows, sizes.steps, Loss::Lm, lora),
+            time_training(config, &rows, sizes.steps, Loss::Lm, lora, recompute),
         )
     });
     Training { lm, sft }
@@ -441,6 +449,7 @@ fn time_training(
     steps: usize,
     loss: Loss,
     lora: Option<&spec::Lora>,
+    recompute: bool,
 ) -> (Duration, Option<u64>) {
     let device = Default::default();
     AD::seed(&device, 0);
@@ -448,6 +457,7 @@ fn time_training(
     if let Some(lora) = lora {
         policy = policy.with_lora(lora);
     }
+    policy = policy.with_recompute(recompute);
     let mut optimizer = PolicyOptimizer::<Policy<AD>, AD>::new(&spec::Optimizer::AdamW {
         weight_decay: 0.01,
         beta1: 0.9,
@@ -469,8 +479,7 @@ fn time_training(
                 logprobs.mean().neg()
             }
         };
-        let grads = GradientsParams::from_grads(loss.backward(), &policy);
-        let mut grads = grads;
+        let mut grads = recompute::gradients(loss, &policy);
         clip_global_norm(&policy, &mut grads, Some(1.0));
         optimizer.step(1e-3, policy, grads)
     };
@@ -582,13 +591,17 @@ fn torch_training(
     threads: usize,
     burn: Training,
     lora: Option<&spec::Lora>,
+    recompute: bool,
 ) -> agentry::Result<()> {
     println!("\n(a') PyTorch, same model, batch and thread count");
     let rank = lora.map(|l| l.rank.to_string());
-    let extra: Vec<&str> = match &rank {
+    let mut extra: Vec<&str> = match &rank {
         Some(rank) => vec!["--lora", rank],
         None => Vec::new(),
     };
+    if recompute {
+        extra.push("--recompute");
+    }
     let Some(torch) = run_torch(sizes, threads, &extra, "tokens_per_second=")? else {
         return Ok(());
     };

@@ -88,6 +88,28 @@ fn trains_on_wgpu_cpu_adapter() {
     trains_on::<Autodiff<burn::backend::Wgpu>>("wgpu", burn::backend::wgpu::WgpuDevice::Cpu);
 }
 
+/// Recomputed blocks (`train { recompute = true }`) on the decomposed ops of a GPU backend: the
+/// per-block backward passes run wherever autodiff does.
+#[cfg(feature = "wgpu")]
+#[test]
+fn trains_on_wgpu_with_recomputed_blocks() {
+    let _serial = serial();
+    let source = TINY.replace(
+        "max_new_tokens = 16",
+        "max_new_tokens = 16, recompute = true",
+    );
+    let spec = agentry::dsl::check(&source).unwrap();
+    assert!(spec.train.recompute);
+    let dir = tempdir::Dir::new("wgpu-recompute");
+    let summary = agentry::train::run_on::<Autodiff<burn::backend::Wgpu>>(
+        &Interpreted(spec),
+        &options(&dir),
+        burn::backend::wgpu::WgpuDevice::Cpu,
+    )
+    .unwrap();
+    check_run(&summary);
+}
+
 /// Disaggregated placement across two real devices: the trainer on wgpu's default adapter, the
 /// rollout engines on the adapter of kind CPU (two separate device handles, even when both are
 /// lavapipe), with every new version of the weights copied across.

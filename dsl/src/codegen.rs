@@ -568,6 +568,7 @@ fn train(t: &Train) -> TokenStream {
     });
     let checkpoint_every = option(&t.checkpoint_every, |c| uint(*c));
     let max_nonfinite_skips = Literal::u32_unsuffixed(t.max_nonfinite_skips);
+    let recompute = t.recompute;
     quote! {
         ::agentry::spec::Train {
             steps: #steps,
@@ -582,6 +583,7 @@ fn train(t: &Train) -> TokenStream {
             warmup: #warmup,
             checkpoint_every: #checkpoint_every,
             max_nonfinite_skips: #max_nonfinite_skips,
+            recompute: #recompute,
         }
     }
 }

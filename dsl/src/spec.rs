@@ -720,6 +720,12 @@ pub struct Train {
     /// skipped, >= 1 (1: the first one stops it). Default 3.
     #[serde(default = "default_max_nonfinite_skips")]
     pub max_nonfinite_skips: u32,
+    /// Whether training keeps only each decoder block's input and recomputes the block's
+    /// activations in the backward pass (activation checkpointing): the memory of one block's
+    /// activations instead of all of them, for about one more forward pass per update. The
+    /// gradients are the same up to summation order. Default false.
+    #[serde(default)]
+    pub recompute: bool,
 }
 
 fn default_max_nonfinite_skips() -> u32 {

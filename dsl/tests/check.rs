@@ -59,6 +59,16 @@ fn max_nonfinite_skips_is_at_least_one() {
 }
 
 #[test]
+fn recompute_is_a_boolean() {
+    let spec = check(&with("batch = 16", "batch = 16, recompute = true")).unwrap();
+    assert!(spec.train.recompute);
+    let source = with("batch = 16", "batch = 16, recompute = 1");
+    let d = error(&source);
+    assert_eq!(text(&source, &d), "1");
+    assert!(d.message.contains("recompute"), "{}", d.message);
+}
+
+#[test]
 fn defaults_are_the_documented_ones() {
     let spec = check(MINIMAL).unwrap();
     assert_eq!(spec.seed, 0);
@@ -108,6 +118,7 @@ fn defaults_are_the_documented_ones() {
         (1.0, 1.0, 64)
     );
     assert_eq!(spec.train.max_nonfinite_skips, 3);
+    assert!(!spec.train.recompute);
     assert_eq!(spec.eval.episodes, 64);
     assert_eq!(spec.eval.decoding, EvalDecoding::Both);
     assert_eq!(spec.sweep, None);

@@ -12,6 +12,8 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 
 use crate::algo::loss::scalar;
+use crate::model::TrainBackend;
+use crate::model::recompute;
 
 /// One of the optimizers of the language, over module `M`.
 #[derive(Clone)]
@@ -99,7 +101,7 @@ impl Descent {
 /// of the run, so such an update is dropped whole: no optimizer step, the module returned as it
 /// came. The norm is the sum of every gradient element's square, so a single non-finite element
 /// anywhere makes it non-finite. The policy and PPO's separate critic share this step.
-pub fn descend<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub fn descend<B: TrainBackend, M: AutodiffModule<B>>(
     module: M,
     optimizer: &mut PolicyOptimizer<M, B>,
     loss: Tensor<B, 1>,
@@ -108,6 +110,7 @@ pub fn descend<B: AutodiffBackend, M: AutodiffModule<B>>(
 ) -> (M, Descent) {
     let value = scalar(loss.clone());
     if !value.is_finite() {
+        recompute::forget();
         return (
             module,
             Descent::Skipped {
@@ -116,8 +119,7 @@ pub fn descend<B: AutodiffBackend, M: AutodiffModule<B>>(
             },
         );
     }
-    let grads = loss.backward();
-    let mut grads = GradientsParams::from_grads(grads, &module);
+    let mut grads = recompute::gradients(loss, &module);
     let grad_norm = clip_global_norm(&module, &mut grads, grad_clip);
     if !grad_norm.is_finite() {
         return (

@@ -28,6 +28,7 @@ impl Checker {
             "warmup",
             "checkpoint_every",
             "max_nonfinite_skips",
+            "recompute",
         ];
         let table = self.table(section.body, "train", &keys);
         let steps = match table.get("steps") {
@@ -131,6 +132,10 @@ impl Checker {
             Some(v) => self.uint32("max_nonfinite_skips", v, 1),
             None => Some(Train::DEFAULT_MAX_NONFINITE_SKIPS),
         };
+        let recompute = match table.get("recompute") {
+            Some(v) => self.boolean("recompute", v),
+            None => Some(false),
+        };
         Some(Train {
             steps: steps?,
             batch: batch?,
@@ -144,6 +149,7 @@ impl Checker {
             warmup: warmup?,
             checkpoint_every: checkpoint_every?,
             max_nonfinite_skips: max_nonfinite_skips?,
+            recompute: recompute?,
         })
     }
 

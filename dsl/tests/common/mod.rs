@@ -45,6 +45,7 @@ experiment multitask {
         warmup = sft { steps = 100, lr = 1e-3, demonstrations = 256, batch = 16 }
         checkpoint_every = 100
         max_nonfinite_skips = 3
+        recompute = false
     }
     eval  { every = 50, split = test, episodes = 100, decoding = both }   // decoding: greedy | sampled | both
     sweep { seeds = [1, 2, 3], ablate pool.cross_policy = 0, ablate algorithm.advantage_norm = batch }

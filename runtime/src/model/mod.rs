@@ -14,6 +14,7 @@ pub mod hf;
 pub mod kernels;
 pub mod lora;
 mod pretrained;
+pub mod recompute;
 mod transformer;
 
 pub use generate::{Generation, KeptCache, Sampling, generate, generate_kept, generate_uncached};

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::kernels::{self, AttentionMask, HeadWeight, Kernels};
 use super::lora::Lora;
+use super::recompute::{self, DropoutSeeds};
 use agentry_dsl::spec::LoraTarget;
 
 /// Base of the rotary position embedding frequencies.
@@ -141,6 +142,7 @@ impl PolicyConfig {
             context: self.context,
             head_dim: hd,
             rope: Rope::new(ROPE_THETA, hd),
+            recompute: false,
         }
     }
 }
@@ -302,6 +304,7 @@ impl<B: Kernels> LayerCache<B> {
 }
 
 /// Rotary angles and the attention mask of one forward call.
+#[derive(Clone)]
 pub(crate) struct Positions<B: Backend> {
     /// Cosines of each token's rotary angles, `[batch * len, head_dim / 2]`.
     pub cos: Tensor<B, 2>,
@@ -462,6 +465,12 @@ pub struct Policy<B: Backend> {
     /// Rotary frequencies; configuration, not a parameter (never trained or saved).
     #[module(skip)]
     pub rope: Rope,
+    /// Whether a forward pass under autodiff keeps only each block's input and recomputes
+    /// the block in the backward pass (`train { recompute = true }`, [`recompute`]): the
+    /// memory of one block's activations instead of all of them, for about one more forward
+    /// pass of compute. Set it with [`Policy::with_recompute`].
+    #[module(skip)]
+    pub recompute: bool,
 }
 
 impl<B: Kernels> Policy<B> {
@@ -478,16 +487,42 @@ impl<B: Kernels> Policy<B> {
         pos: &Positions<B>,
         mut caches: Option<&mut [LayerCache<B>]>,
     ) -> Tensor<B, 3> {
+        let device = tokens.device();
+        if caches.is_none() && self.recompute && B::ad_enabled(&device) {
+            return self.norm.forward(recompute::trunk(self, tokens, pos));
+        }
+        let dropout = DropoutSeeds::draw(self, &device);
         let mut x = self.embed.forward(tokens);
-        for (i, block) in self.blocks.iter().enumerate() {
+        for i in 0..self.blocks.len() {
             let cache = caches.as_deref_mut().map(|c| &mut c[i]);
-            let adapted = Adapted {
-                lora: self.lora.as_ref(),
-                index: i,
-            };
-            x = block.forward(x, pos, cache, adapted);
+            dropout.seed::<B>(i, &device);
+            x = self.block(i, x, pos, cache);
         }
         self.norm.forward(x)
+    }
+
+    /// Block `i` with its adapters on `x` (`[batch, len, d_model]`).
+    pub(super) fn block(
+        &self,
+        i: usize,
+        x: Tensor<B, 3>,
+        pos: &Positions<B>,
+        cache: Option<&mut LayerCache<B>>,
+    ) -> Tensor<B, 3> {
+        let adapted = Adapted {
+            lora: self.lora.as_ref(),
+            index: i,
+        };
+        self.blocks[i].forward(x, pos, cache, adapted)
+    }
+
+    /// This policy, recomputing its blocks' activations in the backward pass when `on`
+    /// ([`Policy::recompute`]).
+    pub fn with_recompute(self, on: bool) -> Self {
+        Policy {
+            recompute: on,
+            ..self
+        }
     }
 
     /// Final-normed hidden states `[batch, len, d_model]` of a right-padded batch (a value

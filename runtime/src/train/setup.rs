@@ -101,7 +101,9 @@ impl<B: TrainBackend> Trainer<B> {
                 PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device)
             }
         };
-        let policy = policy.as_declared(&spec.model);
+        let policy = policy
+            .as_declared(&spec.model)
+            .with_recompute(spec.train.recompute);
         let mut state = RunState::fresh(policy, &spec, rng);
         // A warm-up another run of this invocation trained identically is taken as it ended,
         // exactly as a resumed run takes its checkpoint.

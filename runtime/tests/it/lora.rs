@@ -19,7 +19,7 @@ use burn::tensor::{Distribution, Int, Tensor, TensorData};
 
 type Train = Autodiff<Flex>;
 
-fn config() -> PolicyConfig {
+pub(crate) fn config() -> PolicyConfig {
     PolicyConfig {
         vocab: 40,
         layers: 2,
@@ -32,7 +32,7 @@ fn config() -> PolicyConfig {
     }
 }
 
-fn lora(targets: &[LoraTarget]) -> Lora {
+pub(crate) fn lora(targets: &[LoraTarget]) -> Lora {
     Lora {
         rank: 4,
         alpha: 8.0,
@@ -41,7 +41,7 @@ fn lora(targets: &[LoraTarget]) -> Lora {
     }
 }
 
-fn tokens<B: burn::tensor::backend::Backend>(device: &B::Device) -> Tensor<B, 2, Int> {
+pub(crate) fn tokens<B: burn::tensor::backend::Backend>(device: &B::Device) -> Tensor<B, 2, Int> {
     let ids: Vec<i64> = (0..2 * 9).map(|i| (i * 7 + 3) % 40).collect();
     Tensor::from_data(TensorData::new(ids, [2, 9]), device)
 }
@@ -79,7 +79,7 @@ fn parameters<B: burn::tensor::backend::Backend, M: Module<B>>(
 
 /// Sets every adapter's `B` (zero when fresh) to small random values, so the adapters change
 /// what the model computes.
-fn perturbed<B: burn::tensor::backend::Backend>(policy: Policy<B>) -> Policy<B> {
+pub(crate) fn perturbed<B: burn::tensor::backend::Backend>(policy: Policy<B>) -> Policy<B> {
     struct Perturb;
     impl<B: burn::tensor::backend::Backend> ModuleMapper<B> for Perturb {
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
@@ -246,7 +246,7 @@ fn adapters_are_written_in_peft_layout() {
 /// A tiny LoRA run with everything that could go wrong on resume: a warm-up, GRPO with a KL
 /// penalty (its reference is the base, rebuilt rather than stored), an SFT term, dropout
 /// (masks from the backend's RNG), AdamW, periodic evaluations and checkpoints.
-const TINY_LORA: &str = r#"
+pub(crate) const TINY_LORA: &str = r#"
 experiment tiny_lora {
     seed = 9
     device = flex

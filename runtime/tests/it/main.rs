@@ -18,6 +18,7 @@ mod model_policy;
 mod model_sampling;
 mod pipeline;
 mod ppo;
+mod recompute;
 mod replay;
 mod report;
 mod rollout;

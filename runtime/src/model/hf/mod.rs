@@ -317,5 +317,6 @@ pub(crate) fn build<B: Backend>(
         context: config.max_position_embeddings,
         head_dim: config.head_dim,
         rope: Rope::from_inv_freq(config.inv_freq()),
+        recompute: false,
     }
 }
