@@ -8,8 +8,18 @@
 use agentry_dsl::spec::{Device, Placement};
 use burn::tensor::backend::{Backend, Device as _, DeviceId};
 
-use crate::error::RunError;
 use crate::model::TrainBackend;
+
+/// A device the run cannot use: an unknown name, a backend this build lacks, an index the
+/// machine does not have, or a CPU pool that cannot be sized. [`crate::RunError`] wraps it.
+#[derive(Debug, thiserror::Error)]
+#[error("device `{device}` is not available: {reason}")]
+pub struct DeviceError {
+    /// The device asked for.
+    pub device: String,
+    /// Why, and which cargo feature to enable.
+    pub reason: String,
+}
 
 /// Work generic over the backend, run by [`dispatch`] on the chosen device.
 pub trait OnBackend {
@@ -20,14 +30,14 @@ pub trait OnBackend {
 }
 
 /// Parses a device name as the experiment language and `--device` spell it.
-pub fn parse(name: &str) -> Result<Device, RunError> {
+pub fn parse(name: &str) -> Result<Device, DeviceError> {
     match name {
         "auto" => Ok(Device::Auto),
         "flex" | "cpu" => Ok(Device::Flex),
         "wgpu" => Ok(Device::Wgpu),
         "vulkan" => Ok(Device::Vulkan),
         "cuda" => Ok(Device::Cuda),
-        other => Err(RunError::Device {
+        other => Err(DeviceError {
             device: other.to_string(),
             reason: "expected one of auto, flex, wgpu, vulkan, cuda".to_string(),
         }),
@@ -68,7 +78,7 @@ pub fn name(device: Device) -> &'static str {
 pub fn engine_devices<B: Backend>(
     trainer: &B::Device,
     placement: &Placement,
-) -> Result<Vec<B::Device>, RunError> {
+) -> Result<Vec<B::Device>, DeviceError> {
     let Placement::Disaggregated { devices } = placement else {
         return Ok(Vec::new());
     };
@@ -80,7 +90,7 @@ pub fn engine_devices<B: Backend>(
             if usize::from(index) < count {
                 Ok(B::Device::from_id(DeviceId::new(kind, index)))
             } else {
-                Err(RunError::Device {
+                Err(DeviceError {
                     device: format!("{} device {index}", B::name(trainer)),
                     reason: format!(
                         "`placement = disaggregated` names it, but this machine has {count} \
@@ -96,11 +106,11 @@ pub fn engine_devices<B: Backend>(
 /// Sizes the pool of CPU threads flex's kernels run on (rayon's global pool). Without a call
 /// it has `RAYON_NUM_THREADS` threads, else one per core. Results do not depend on the count:
 /// every kernel reduces in an order fixed by the shapes alone.
-pub fn set_cpu_threads(threads: usize) -> Result<(), RunError> {
+pub fn set_cpu_threads(threads: usize) -> Result<(), DeviceError> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()
-        .map_err(|e| RunError::Device {
+        .map_err(|e| DeviceError {
             device: "flex".to_string(),
             reason: format!("cannot size the CPU thread pool to {threads}: {e}"),
         })
@@ -112,7 +122,7 @@ pub fn cpu_threads() -> usize {
 }
 
 /// Runs `work` on `device` (after resolving `auto`).
-pub fn dispatch<W: OnBackend>(device: Device, work: W) -> Result<W::Output, RunError> {
+pub fn dispatch<W: OnBackend>(device: Device, work: W) -> Result<W::Output, DeviceError> {
     use burn::backend::Autodiff;
     let device = resolve(device);
     match device {
@@ -123,12 +133,47 @@ pub fn dispatch<W: OnBackend>(device: Device, work: W) -> Result<W::Output, RunE
         Device::Vulkan => Ok(work.run::<Autodiff<burn::backend::Vulkan>>(Default::default())),
         #[cfg(feature = "cuda")]
         Device::Cuda => Ok(work.run::<Autodiff<burn::backend::Cuda>>(Default::default())),
-        other => Err(RunError::Device {
+        other => Err(DeviceError {
             device: name(other).to_string(),
             reason: format!(
                 "this build was compiled without it; rebuild with `--features {}`",
                 name(other)
             ),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_device_name_says_which_names_there_are() {
+        let e = parse("tpu").unwrap_err();
+        let message =
+            "device `tpu` is not available: expected one of auto, flex, wgpu, vulkan, cuda";
+        assert_eq!(e.to_string(), message);
+        assert_eq!(
+            crate::RunError::from(e).to_string(),
+            message,
+            "RunError adds nothing"
+        );
+    }
+
+    #[test]
+    fn an_engine_index_the_machine_lacks_is_refused_with_the_count() {
+        let placement = Placement::Disaggregated { devices: vec![1] };
+        let trainer = Default::default();
+        let e = engine_devices::<burn::backend::Flex>(&trainer, &placement).unwrap_err();
+        let count = <burn::backend::Flex as Backend>::device_count(trainer.to_id().type_id);
+        assert_eq!(count, 1, "flex has one device");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "device `{} device 1` is not available: `placement = disaggregated` names it, but \
+                 this machine has 1 such device (indices from 0)",
+                <burn::backend::Flex as Backend>::name(&trainer)
+            )
+        );
     }
 }

@@ -6,13 +6,8 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// A task names an environment this build cannot provide.
-    #[error("task `{task}`: {reason}")]
-    Task {
-        /// The task's name in the file.
-        task: String,
-        /// What is missing and what to do.
-        reason: String,
-    },
+    #[error(transparent)]
+    Task(#[from] crate::tasks::ResolveError),
     /// A command-line override (`--steps`) breaks a rule of the checker.
     #[error(transparent)]
     Override(#[from] agentry_dsl::OverrideError),
@@ -35,13 +30,8 @@ pub enum RunError {
     #[error("cannot load the model: {0}")]
     Model(#[from] crate::model::LoadError),
     /// The requested device is not compiled in or not present.
-    #[error("device `{device}` is not available: {reason}")]
-    Device {
-        /// The device asked for.
-        device: String,
-        /// Why, and which cargo feature to enable.
-        reason: String,
-    },
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
     /// Writing the run directory failed.
     #[error("cannot write `{path}`: {source}")]
     Io {

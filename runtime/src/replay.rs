@@ -261,7 +261,8 @@ pub fn replay(
             chat: &chat,
             weights: &weights,
         };
-        let (lines, first) = device::dispatch(device.unwrap_or(Device::Flex), work)??;
+        let (lines, first) =
+            device::dispatch(device.unwrap_or(Device::Flex), work).map_err(RunError::from)??;
         checks.extend(lines);
         mismatch = first;
     }
@@ -335,7 +336,9 @@ impl RunFiles {
         // Only this task is resolved: another task's Rust type or server is not needed.
         let mut one = self.spec.clone();
         one.tasks = vec![self.spec.tasks[task].clone()];
-        let generator = crate::tasks::resolve(&|_| None, remote, &one)?.remove(0);
+        let generator = crate::tasks::resolve(&|_| None, remote, &one)
+            .map_err(RunError::from)?
+            .remove(0);
         let run_version =
             self.task_versions
                 .get(&recorded.task)

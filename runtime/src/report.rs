@@ -481,31 +481,30 @@ impl Run {
             pairs[0].1.step
         );
         for (before, after) in &pairs {
-            for (task, b) in before.tasks {
-                let Some(a) = after.tasks.get(task) else {
-                    continue;
-                };
+            // Each task's success (and interval) after the warm-up and after RL, then all tasks'.
+            let tasks = before.tasks.iter().filter_map(|(task, b)| {
+                let a = after.tasks.get(task)?;
+                Some((
+                    task.as_str(),
+                    (b.success, b.success_ci),
+                    (a.success, a.success_ci),
+                ))
+            });
+            let all = (
+                "**all tasks**",
+                (before.success, before.success_ci),
+                (after.success, after.success_ci),
+            );
+            for (task, (b, b_ci), (a, a_ci)) in tasks.chain([all]) {
                 let _ = writeln!(
                     md,
-                    "| {task} | {} | {:.3} {} | {:.3} {} | {:+.3} |",
+                    "| {task} | {} | {b:.3} {} | {a:.3} {} | {:+.3} |",
                     before.decoding.name(),
-                    b.success,
-                    interval(b.success_ci),
-                    a.success,
-                    interval(a.success_ci),
-                    a.success - b.success
+                    interval(b_ci),
+                    interval(a_ci),
+                    a - b
                 );
             }
-            let _ = writeln!(
-                md,
-                "| **all tasks** | {} | {:.3} {} | {:.3} {} | {:+.3} |",
-                before.decoding.name(),
-                before.success,
-                interval(before.success_ci),
-                after.success,
-                interval(after.success_ci),
-                after.success - before.success
-            );
         }
         md.push('\n');
     }

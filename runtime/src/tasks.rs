@@ -9,7 +9,16 @@ use agentry_dsl::spec::{BuiltinEnv, EnvRef, Experiment as Spec};
 pub use agentry_env::RemoteTasks;
 use agentry_env::TaskGenerator;
 
-use crate::error::RunError;
+/// A task of the spec that this build or this caller cannot provide a generator for.
+/// [`crate::RunError`] wraps it.
+#[derive(Debug, thiserror::Error)]
+#[error("task `{task}`: {reason}")]
+pub struct ResolveError {
+    /// The task's name in the file.
+    pub task: String,
+    /// What is missing and what to do.
+    pub reason: String,
+}
 
 /// The generator of a built-in task (its standard seed).
 pub fn builtin(env: BuiltinEnv) -> Box<dyn TaskGenerator> {
@@ -29,7 +38,7 @@ pub fn resolve(
     user_task: &dyn Fn(&str) -> Option<Box<dyn TaskGenerator>>,
     remote: Option<&dyn RemoteTasks>,
     spec: &Spec,
-) -> Result<Vec<Box<dyn TaskGenerator>>, RunError> {
+) -> Result<Vec<Box<dyn TaskGenerator>>, ResolveError> {
     spec.tasks
         .iter()
         .map(|task| match &task.env {
@@ -37,11 +46,11 @@ pub fn resolve(
             // Connecting reads the task's indices, so a controller that is down or does not
             // know the task is an error before any work.
             EnvRef::Remote { url, name } => match remote {
-                Some(remote) => remote.connect(url, name).map_err(|e| RunError::Task {
+                Some(remote) => remote.connect(url, name).map_err(|e| ResolveError {
                     task: task.name.clone(),
                     reason: format!("remote task `{name}` at {url}: {e}"),
                 }),
-                None => Err(RunError::Task {
+                None => Err(ResolveError {
                     task: task.name.clone(),
                     reason: format!(
                         "remote task `{name}` at {url}: nothing to connect it with; remote \
@@ -51,7 +60,7 @@ pub fn resolve(
                     ),
                 }),
             },
-            EnvRef::Path(path) => user_task(&task.name).ok_or_else(|| RunError::Task {
+            EnvRef::Path(path) => user_task(&task.name).ok_or_else(|| ResolveError {
                 task: task.name.clone(),
                 reason: format!(
                     "`{path}` is a Rust type: run this experiment through \
@@ -60,4 +69,59 @@ pub fn resolve(
             }),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(task: &str) -> Spec {
+        let source = format!(
+            "experiment e {{
+                model policy {{ arch = transformer }}
+                task {task}
+                algorithm grpo {{ group_size = 4 }}
+                train {{ steps = 10, batch = 8 }}
+            }}"
+        );
+        agentry_dsl::check(&source)
+            .unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)))
+            .into_inner()
+    }
+
+    /// The message as users saw it, from the error and from the `RunError` that wraps it.
+    fn message(spec: &Spec) -> String {
+        let Err(e) = resolve(&|_| None, None, spec) else {
+            panic!("resolved a task it cannot provide");
+        };
+        let message = e.to_string();
+        assert_eq!(
+            crate::RunError::from(e).to_string(),
+            message,
+            "RunError adds nothing"
+        );
+        message
+    }
+
+    #[test]
+    fn a_rust_type_outside_its_recipe_says_to_run_the_recipe() {
+        assert_eq!(
+            message(&spec("lights { env = crate::envs::Lights }")),
+            "task `lights`: `crate::envs::Lights` is a Rust type: run this experiment through \
+             `agentry::experiment!` (cargo run --example), not the interpreter"
+        );
+    }
+
+    #[test]
+    fn a_remote_task_without_a_client_says_how_to_supply_one() {
+        assert_eq!(
+            message(&spec(
+                "kg { remote = \"http://127.0.0.1:1/api\", name = \"kg-test\" }"
+            )),
+            "task `kg`: remote task `kg-test` at http://127.0.0.1:1/api: nothing to connect it \
+             with; remote tasks need an HTTP client: run through the `agentry` crate (its CLI and \
+             `agentry::main` supply one), or set `RunOptions::remote_tasks` (e.g. to \
+             `agentry::serve::HttpRemoteTasks`)"
+        );
+    }
 }

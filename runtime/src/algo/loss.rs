@@ -337,8 +337,9 @@ mod tests {
         assert!((stats.clip_low - 1.0 / 3.0).abs() < 1e-6);
     }
 
-    #[test]
-    fn seq_mean_token_mean_averages_sequences() {
+    /// The loss at ratio 1 of two sequences with advantages [1, 3] and [2, masked out]: per
+    /// token -A, so only the aggregation tells the two sequences' sums and means apart.
+    fn unclipped_loss(aggregation: Aggregation) -> f32 {
         let (loss, _) = policy_loss(
             input(
                 &[&[0.0, 0.0], &[0.0, 0.0]],
@@ -346,24 +347,21 @@ mod tests {
                 &[&[1.0, 3.0], &[2.0, 0.0]],
                 &[&[1.0, 1.0], &[1.0, 0.0]],
             ),
-            &config(Aggregation::SeqMeanTokenMean),
+            &config(aggregation),
         );
+        scalar(loss)
+    }
+
+    #[test]
+    fn seq_mean_token_mean_averages_sequences() {
         // sequence means: -2 and -2.
-        assert!((scalar(loss) + 2.0).abs() < 1e-6);
+        assert!((unclipped_loss(Aggregation::SeqMeanTokenMean) + 2.0).abs() < 1e-6);
     }
 
     #[test]
     fn seq_mean_token_sum_sums_within_sequences() {
-        let (loss, _) = policy_loss(
-            input(
-                &[&[0.0, 0.0], &[0.0, 0.0]],
-                &[&[0.0, 0.0], &[0.0, 0.0]],
-                &[&[1.0, 3.0], &[2.0, 0.0]],
-                &[&[1.0, 1.0], &[1.0, 0.0]],
-            ),
-            &config(Aggregation::SeqMeanTokenSum),
-        );
-        assert!((scalar(loss) + 3.0).abs() < 1e-6);
+        // sequence sums: -4 and -2.
+        assert!((unclipped_loss(Aggregation::SeqMeanTokenSum) + 3.0).abs() < 1e-6);
     }
 
     #[test]

@@ -24,6 +24,26 @@ pub struct Pretrained<B: Backend> {
     pub tokenizer: Tokenizer,
 }
 
+impl<B: Backend> Pretrained<B> {
+    /// Pairs a loaded policy with its tokenizer, refusing a tokenizer with more ids than the
+    /// embedding has rows (the policy could not embed them). On refusal, the reason to report;
+    /// `rows` words the embedding's size as the model's file does.
+    pub(super) fn paired(
+        policy: Policy<B>,
+        tokenizer: Tokenizer,
+        rows: impl FnOnce(usize) -> String,
+    ) -> Result<Self, String> {
+        if tokenizer.vocab_size() > policy.vocab {
+            return Err(format!(
+                "{} token ids, but the model's {}",
+                tokenizer.vocab_size(),
+                rows(policy.vocab)
+            ));
+        }
+        Ok(Pretrained { policy, tokenizer })
+    }
+}
+
 /// Where an experiment's policy comes from: what a run and a replay both build it from.
 pub enum Origin<'a, B: Backend> {
     /// `arch = transformer { ... }`: initialized from the seed, with a tokenizer trained on

@@ -146,6 +146,23 @@ pub fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The evaluation lines of a run's `metrics.jsonl`, in order.
+pub fn eval_lines(run_dir: &Path) -> Vec<serde_json::Value> {
+    metrics(run_dir)
+        .into_iter()
+        .filter(|line| line["phase"] == "eval")
+        .collect()
+}
+
+/// Which evaluation an evaluation line is: its step, label and decoding.
+pub fn eval_point(line: &serde_json::Value) -> (u64, String, String) {
+    (
+        line["step"].as_u64().unwrap(),
+        line["label"].as_str().unwrap().to_string(),
+        line["decoding"].as_str().unwrap().to_string(),
+    )
+}
+
 /// The metrics lines of a run with its wall-clock fields (`*_seconds`,
 /// `trajectories_per_second`) removed: everything else of two equal runs must match exactly.
 pub fn metrics_without_timings(run_dir: &Path) -> Vec<serde_json::Value> {

@@ -28,19 +28,12 @@ fn scratch(name: &str) -> PathBuf {
 /// The (step, label, decoding) of every evaluation line of `run_dir`'s metrics, and whether
 /// any line is not an evaluation.
 fn evaluations(run_dir: &Path) -> (Vec<(u64, String, String)>, bool) {
-    let metrics = common::metrics(run_dir);
-    let evals = metrics
+    let evals = common::eval_lines(run_dir)
         .iter()
-        .filter(|l| l["phase"] == "eval")
-        .map(|l| {
-            (
-                l["step"].as_u64().unwrap(),
-                l["label"].as_str().unwrap().to_string(),
-                l["decoding"].as_str().unwrap().to_string(),
-            )
-        })
+        .map(common::eval_point)
         .collect();
-    (evals, metrics.iter().any(|l| l["phase"] == "rl"))
+    let trained = common::metrics(run_dir).iter().any(|l| l["phase"] == "rl");
+    (evals, trained)
 }
 
 fn labelled(step: u64, label: &str) -> Vec<(u64, String, String)> {

@@ -35,22 +35,11 @@ fn run(source: &str, out: &Path) -> RunSummary {
     common::run_on_flex(&common::experiment(source), out, None, None).unwrap()
 }
 
-/// The RL lines without their wall-clock fields: what must not depend on evaluation.
+/// The training lines without their wall-clock fields: what must not depend on evaluation.
 fn training(run_dir: &Path) -> Vec<serde_json::Value> {
-    common::metrics(run_dir)
+    common::metrics_without_timings(run_dir)
         .into_iter()
         .filter(|l| l["phase"] != "eval")
-        .map(|mut l| {
-            let object = l.as_object_mut().unwrap();
-            for key in [
-                "rollout_seconds",
-                "update_seconds",
-                "trajectories_per_second",
-            ] {
-                object.remove(key);
-            }
-            l
-        })
         .collect()
 }
 
@@ -80,24 +69,20 @@ fn a_run_evaluates_greedy_and_sampled_and_writes_its_report() {
     let dir = &summary.run_dir;
 
     // Every evaluation point has a greedy line, then a sampled one, on the same instances.
-    let evals: Vec<(u64, String, String, u64)> = common::metrics(dir)
+    let evals: Vec<((u64, String, String), u64)> = common::eval_lines(dir)
         .iter()
-        .filter(|l| l["phase"] == "eval")
         .map(|l| {
-            (
-                l["step"].as_u64().unwrap(),
-                l["label"].as_str().unwrap().to_string(),
-                l["decoding"].as_str().unwrap().to_string(),
-                l["tasks"]["kg"]["episodes"].as_u64().unwrap(),
-            )
+            let episodes = l["tasks"]["kg"]["episodes"].as_u64().unwrap();
+            (common::eval_point(l), episodes)
         })
         .collect();
-    let expected: Vec<(u64, String, String, u64)> = [(0, "warmup"), (1, "periodic"), (2, "final")]
-        .into_iter()
-        .flat_map(|(step, label)| {
-            ["greedy", "sampled"].map(|d| (step, label.to_string(), d.to_string(), 3))
-        })
-        .collect();
+    let expected: Vec<((u64, String, String), u64)> =
+        [(0, "warmup"), (1, "periodic"), (2, "final")]
+            .into_iter()
+            .flat_map(|(step, label)| {
+                ["greedy", "sampled"].map(|d| ((step, label.to_string(), d.to_string()), 3))
+            })
+            .collect();
     assert_eq!(evals, expected);
     for file in [
         "samples-warmup.txt",

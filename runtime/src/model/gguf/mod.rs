@@ -66,14 +66,10 @@ impl<B: Backend> Pretrained<B> {
         let template = check_chat_template(&file, &tokenizer).map_err(invalid)?;
         let tokenizer = tokenizer.with_chat_template(template).map_err(invalid)?;
         let (_, policy) = load_policy(&file, path, device)?;
-        if tokenizer.vocab_size() > policy.vocab {
-            return Err(invalid(format!(
-                "{} token ids, but the model's embedding has {} rows",
-                tokenizer.vocab_size(),
-                policy.vocab
-            )));
-        }
-        Ok(Pretrained { policy, tokenizer })
+        Pretrained::paired(policy, tokenizer, |rows| {
+            format!("embedding has {rows} rows")
+        })
+        .map_err(invalid)
     }
 }
 

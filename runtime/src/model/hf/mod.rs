@@ -74,14 +74,8 @@ impl<B: Backend> Pretrained<B> {
                     })?;
         }
         let (_, policy) = load_policy(dir, device)?;
-        if tokenizer.vocab_size() > policy.vocab {
-            return Err(invalid(format!(
-                "{} token ids, but the model's vocab_size is {}",
-                tokenizer.vocab_size(),
-                policy.vocab
-            )));
-        }
-        Ok(Pretrained { policy, tokenizer })
+        Pretrained::paired(policy, tokenizer, |size| format!("vocab_size is {size}"))
+            .map_err(invalid)
     }
 }
 
