@@ -5,7 +5,7 @@
 //! over its 30 blocks. With [`Policy::recompute`] on, the forward pass runs the blocks without
 //! recording them, keeps only each block's input (one `[batch, len, d_model]` tensor per
 //! block) and hands the rest of the network the last block's output as a fresh leaf. The
-//! [`Trunk`] that remembers this waits on this thread's tape until [`gradients`] runs: it
+//! `Trunk` that remembers this waits on this thread's tape until [`gradients`] runs: it
 //! backpropagates the loss to that leaf, then walks the blocks from the last to the first,
 //! each time recomputing one block from its kept input under autodiff and backpropagating the
 //! gradient it received through it alone. Only one block's activations are alive at a time.
@@ -17,7 +17,7 @@
 //!
 //! LoRA dropout draws its masks from the backend's RNG; a recomputed block must draw the
 //! masks its forward pass drew, so under autodiff every block reseeds the RNG from one draw
-//! per forward pass and its index ([`DropoutSeeds`]), recomputed or not.
+//! per forward pass and its index (`DropoutSeeds`), recomputed or not.
 
 use std::any::Any;
 use std::cell::RefCell;
