@@ -68,10 +68,11 @@ fn check_run(summary: &RunSummary) {
     }
 }
 
-/// Runs the tiny experiment on backend `B` and checks what it wrote.
-fn trains_on<B: agentry::model::TrainBackend>(name: &str, device: B::Device) {
+/// Runs `source` (the tiny experiment, or a variant of it) on backend `B` and checks what it
+/// wrote.
+fn trains_on<B: agentry::model::TrainBackend>(name: &str, source: &str, device: B::Device) {
     let _serial = serial();
-    let spec = agentry::dsl::check(TINY).unwrap();
+    let spec = agentry::dsl::check(source).unwrap();
     let dir = tempdir::Dir::new(name);
     let summary = agentry::train::run_on::<B>(&Interpreted(spec), &options(&dir), device).unwrap();
     check_run(&summary);
@@ -79,13 +80,13 @@ fn trains_on<B: agentry::model::TrainBackend>(name: &str, device: B::Device) {
 
 #[test]
 fn trains_on_flex() {
-    trains_on::<Autodiff<burn::backend::Flex>>("flex", Default::default());
+    trains_on::<Autodiff<burn::backend::Flex>>("flex", TINY, Default::default());
 }
 
 #[cfg(feature = "wgpu")]
 #[test]
 fn trains_on_wgpu_cpu_adapter() {
-    trains_on::<Autodiff<burn::backend::Wgpu>>("wgpu", burn::backend::wgpu::WgpuDevice::Cpu);
+    trains_on::<Autodiff<burn::backend::Wgpu>>("wgpu", TINY, burn::backend::wgpu::WgpuDevice::Cpu);
 }
 
 /// Recomputed blocks (`train { recompute = true }`) on the decomposed ops of a GPU backend: the
@@ -93,21 +94,16 @@ fn trains_on_wgpu_cpu_adapter() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn trains_on_wgpu_with_recomputed_blocks() {
-    let _serial = serial();
     let source = TINY.replace(
         "max_new_tokens = 16",
         "max_new_tokens = 16, recompute = true",
     );
-    let spec = agentry::dsl::check(&source).unwrap();
-    assert!(spec.train.recompute);
-    let dir = tempdir::Dir::new("wgpu-recompute");
-    let summary = agentry::train::run_on::<Autodiff<burn::backend::Wgpu>>(
-        &Interpreted(spec),
-        &options(&dir),
+    assert!(agentry::dsl::check(&source).unwrap().train.recompute);
+    trains_on::<Autodiff<burn::backend::Wgpu>>(
+        "wgpu-recompute",
+        &source,
         burn::backend::wgpu::WgpuDevice::Cpu,
-    )
-    .unwrap();
-    check_run(&summary);
+    );
 }
 
 /// Disaggregated placement across two real devices: the trainer on wgpu's default adapter, the
