@@ -102,6 +102,10 @@ struct Args {
     /// Run burn's decomposed ops instead of the fused kernels (what the kernels replace).
     #[arg(long)]
     decomposed: bool,
+    /// Leave glibc's allocator at its defaults, which return freed memory to the system (what
+    /// runs did before the runtime kept it; compare page faults and speed).
+    #[arg(long)]
+    default_malloc: bool,
     /// Train LoRA adapters of this rank over the frozen model instead of every weight.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     lora: Option<u32>,
@@ -226,11 +230,23 @@ fn measure(args: &Args) -> agentry::Result<()> {
     // burn's flex backend and Agentry's kernels run on rayon's global pool, which honours
     // RAYON_NUM_THREADS; the PyTorch twin is given the same count.
     let threads = rayon::current_num_threads();
+    // What a run on flex does first (`device::dispatch`), unless asked to measure without it.
+    let freed_memory = if args.default_malloc {
+        agentry::device::FreedMemory::AllocatorDefault
+    } else {
+        agentry::device::keep_freed_memory()
+    };
     println!(
-        "bench_policy{}{} --model {}: {} layers, d_model {}, {} heads / {} key-value heads, \
-         ffn {}, vocab {}, {} embeddings; flex backend, {threads} CPU thread{}",
+        "bench_policy{}{}{} --model {}: {} layers, d_model {}, {} heads / {} key-value heads, \
+         ffn {}, vocab {}, {} embeddings; flex backend, {threads} CPU thread{}; freed memory: \
+         {freed_memory}",
         if args.quick { " --quick" } else { "" },
         if args.decomposed { " --decomposed" } else { "" },
+        if args.default_malloc {
+            " --default-malloc"
+        } else {
+            ""
+        },
         args.model,
         sizes.layers,
         sizes.d_model,

@@ -13,6 +13,7 @@ pub mod attention;
 pub mod logits;
 pub mod math;
 pub mod matmul;
+pub mod memory;
 pub mod norm;
 #[cfg(test)]
 mod test_rng;

@@ -10,6 +10,8 @@ use burn::tensor::backend::{Backend, Device as _, DeviceId};
 
 use crate::model::TrainBackend;
 
+pub use agentry_kernels::memory::{FreedMemory, keep_freed_memory};
+
 /// A device the run cannot use: an unknown name, a backend this build lacks, an index the
 /// machine does not have, or a CPU pool that cannot be sized. [`crate::RunError`] wraps it.
 #[derive(Debug, thiserror::Error)]
@@ -121,12 +123,16 @@ pub fn cpu_threads() -> usize {
     rayon::current_num_threads()
 }
 
-/// Runs `work` on `device` (after resolving `auto`).
+/// Runs `work` on `device` (after resolving `auto`). On flex the allocator first learns to keep
+/// freed memory for reuse ([`keep_freed_memory`]).
 pub fn dispatch<W: OnBackend>(device: Device, work: W) -> Result<W::Output, DeviceError> {
     use burn::backend::Autodiff;
     let device = resolve(device);
     match device {
-        Device::Flex => Ok(work.run::<Autodiff<burn::backend::Flex>>(Default::default())),
+        Device::Flex => {
+            keep_freed_memory();
+            Ok(work.run::<Autodiff<burn::backend::Flex>>(Default::default()))
+        }
         #[cfg(feature = "wgpu")]
         Device::Wgpu => Ok(work.run::<Autodiff<burn::backend::Wgpu>>(Default::default())),
         #[cfg(feature = "vulkan")]
