@@ -43,8 +43,9 @@ impl std::fmt::Display for FreedMemory {
 /// Makes the allocator keep freed memory for the process's next allocations (see the module
 /// docs), once per process; later calls return the first call's outcome. The runtime calls it
 /// when a run starts on the CPU. A threshold the user set through `GLIBC_TUNABLES` is left as
-/// it is, which is also how to turn this off (`glibc.malloc.trim_threshold=131072`, glibc's
-/// default).
+/// it is (the other one is still raised); to turn this off, set both, e.g.
+/// `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072`
+/// (glibc's starting values, held fixed).
 pub fn keep_freed_memory() -> FreedMemory {
     static OUTCOME: OnceLock<FreedMemory> = OnceLock::new();
     *OUTCOME.get_or_init(|| {
@@ -55,6 +56,7 @@ pub fn keep_freed_memory() -> FreedMemory {
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn set_thresholds(users_tunables: &str) -> FreedMemory {
+    let bytes = libc::c_int::try_from(KEPT_BYTES).expect("1 GiB fits a C int");
     let mut outcome = FreedMemory::Kept;
     for (parameter, tunable) in [
         (libc::M_MMAP_THRESHOLD, "glibc.malloc.mmap_threshold"),
@@ -64,7 +66,6 @@ fn set_thresholds(users_tunables: &str) -> FreedMemory {
             outcome = FreedMemory::UsersTunables;
             continue;
         }
-        let bytes = libc::c_int::try_from(KEPT_BYTES).expect("1 GiB fits a C int");
         // SAFETY: `mallopt` only sets a parameter of the allocator, under the allocator's own
         // lock; it reads and writes no memory of ours.
         if unsafe { libc::mallopt(parameter, bytes) } != 1 {
