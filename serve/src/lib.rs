@@ -27,6 +27,7 @@
 pub mod auth;
 pub mod client;
 pub mod controller;
+pub mod openai;
 pub mod protocol;
 mod server;
 pub mod worker;
