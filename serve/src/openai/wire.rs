@@ -603,6 +603,102 @@ pub struct Completion {
     pub usage: Usage,
 }
 
+/// One server-sent event of a streamed completion.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Chunk {
+    /// The completion's id, the same in every chunk.
+    pub id: String,
+    /// Always `chat.completion.chunk`.
+    pub object: &'static str,
+    /// Unix seconds, the same in every chunk.
+    pub created: u64,
+    /// The served model's name.
+    pub model: String,
+    /// The choices this chunk advances (none in the closing usage chunk).
+    pub choices: Vec<ChunkChoice>,
+    /// Token counts: only in the closing chunk of a stream asked to include them, `null`
+    /// before it.
+    pub usage: Option<Usage>,
+}
+
+/// What one chunk adds to one choice.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChunkChoice {
+    /// The choice's index.
+    pub index: usize,
+    /// The new part of the message.
+    pub delta: Delta,
+    /// The new tokens' log-probabilities, when asked.
+    pub logprobs: Option<Logprobs>,
+    /// Set in the choice's last chunk.
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// A part of an assistant message.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Delta {
+    /// `assistant`, in a choice's first chunk only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    /// New text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Calls, each whole in one chunk (a call is only known once its text is parsed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<DeltaToolCall>,
+}
+
+/// A tool call in a chunk: its position among the turn's calls and the call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeltaToolCall {
+    /// Its index among the turn's calls.
+    pub index: usize,
+    /// The call's id.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The function and its arguments.
+    pub function: FunctionCall,
+}
+
+/// `GET /v1/models`'s body.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelList {
+    /// Always `list`.
+    pub object: &'static str,
+    /// The served models (one).
+    pub data: Vec<ModelCard>,
+}
+
+/// One served model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelCard {
+    /// The name requests give as `model`.
+    pub id: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// Unix seconds the server started.
+    pub created: u64,
+    /// Always `agentry`.
+    pub owned_by: &'static str,
+}
+
+impl ModelList {
+    /// The list of one model.
+    pub fn one(id: &str, created: u64) -> Self {
+        ModelList {
+            object: "list",
+            data: vec![ModelCard {
+                id: id.to_string(),
+                object: "model",
+                created,
+                owned_by: "agentry",
+            }],
+        }
+    }
+}
+
 /// OpenAI's error body: `{"error": {...}}`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ErrorBody {
@@ -742,6 +838,36 @@ mod tests {
     fn a_wrong_type_is_a_parse_error_not_a_default() {
         let body = request(json!({"temperature": "hot"}));
         assert!(serde_json::from_value::<RawRequest>(body).is_err());
+    }
+
+    #[test]
+    fn chunks_leave_out_what_they_do_not_carry() {
+        let chunk = Chunk {
+            id: "chatcmpl-1".into(),
+            object: "chat.completion.chunk",
+            created: 7,
+            model: "m".into(),
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta: Delta {
+                    content: Some("hi".into()),
+                    ..Delta::default()
+                },
+                logprobs: None,
+                finish_reason: None,
+            }],
+            usage: None,
+        };
+        assert_eq!(
+            serde_json::to_value(chunk).unwrap(),
+            json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7,
+                "model": "m", "choices": [{"index": 0, "delta": {"content": "hi"},
+                "logprobs": null, "finish_reason": null}], "usage": null})
+        );
+        let done = serde_json::to_value(FinishReason::ToolCalls).unwrap();
+        assert_eq!(done, json!("tool_calls"));
+        let list = serde_json::to_value(ModelList::one("m", 7)).unwrap();
+        assert_eq!(list["data"][0]["object"], json!("model"));
     }
 
     #[test]
