@@ -353,13 +353,13 @@ impl RawRequest {
                 "`logit_bias` is not supported by this server",
             ));
         }
-        if let Some(format) = &self.response_format {
-            if format.get("type").and_then(Value::as_str) != Some("text") {
-                return Err(Invalid::unsupported(
-                    "response_format",
-                    "only `{\"type\": \"text\"}` is supported by this server",
-                ));
-            }
+        if let Some(format) = &self.response_format
+            && format.get("type").and_then(Value::as_str) != Some("text")
+        {
+            return Err(Invalid::unsupported(
+                "response_format",
+                "only `{\"type\": \"text\"}` is supported by this server",
+            ));
         }
         let raw_tools = self.tools.unwrap_or_default();
         let mut tools_json = Vec::with_capacity(raw_tools.len());
