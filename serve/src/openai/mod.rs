@@ -3,4 +3,5 @@
 //!
 //! Work in progress (issue 19): only the wire format exists so far.
 
+pub mod model;
 pub mod wire;
