@@ -70,6 +70,36 @@ impl Sampling {
     }
 }
 
+/// Why a sequence stopped generating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// It generated a stop token or a stop sequence.
+    Stop,
+    /// It reached `max_new_tokens` or the context.
+    Length,
+}
+
+impl Sampling {
+    /// Whether a sequence whose prompt has `prompt_len` tokens ends after generating
+    /// `generated`, and why (a stop wins when both apply).
+    pub fn end(&self, generated: &[u32], prompt_len: usize, context: usize) -> Option<End> {
+        let last = generated.last()?;
+        if self.stop.contains(last)
+            || self
+                .stop_sequences
+                .iter()
+                .any(|s| !s.is_empty() && generated.ends_with(s))
+        {
+            Some(End::Stop)
+        } else if generated.len() >= self.max_new_tokens || prompt_len + generated.len() >= context
+        {
+            Some(End::Length)
+        } else {
+            None
+        }
+    }
+}
+
 /// One sampled continuation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Generation {
@@ -212,18 +242,8 @@ fn decode<B: Kernels>(
         .max()
         .unwrap_or(width);
     let mut pads: Vec<usize> = lens.iter().map(|&len| width - len).collect();
-    let n = rows.len();
-    let mut ids = Vec::with_capacity(n * chunk);
-    let mut positions = Vec::with_capacity(n * chunk);
-    for (r, &i) in rows.iter().enumerate() {
-        let len = lens[r];
-        let blank = chunk.saturating_sub(len);
-        ids.extend(std::iter::repeat_n(0i64, blank));
-        ids.extend(prompts[i][len + blank - chunk..].iter().map(|&t| t as i64));
-        positions.extend((0..chunk).map(|j| (len + j).saturating_sub(chunk)));
-    }
-    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, chunk]), &device);
-    let pos = Positions::new(&positions, &policy.rope, padded(&pads, true), &device);
+    let row_prompts: Vec<&[u32]> = rows.iter().map(|&i| prompts[i].as_slice()).collect();
+    let (tokens, pos) = prefill_chunk(policy, &row_prompts, chunk, &pads);
     // Room for the longest prompt and every token a row may add (at most the context).
     let capacity = width + sampling.max_new_tokens.min(policy.context);
     let mut caches = vec![LayerCache::<B>::with_capacity(capacity); policy.blocks.len()];
@@ -275,34 +295,82 @@ fn decode<B: Kernels>(
         // for every remaining row.
         if keep.len() < decoder.rows.len() {
             decoder.retain(&keep);
-            pads = keep.iter().map(|&r| pads[r]).collect();
-            let idx = Tensor::<B, 1, Int>::from_data(
-                TensorData::new(keep.iter().map(|&r| r as i64).collect(), [keep.len()]),
-                &device,
-            );
-            let trim = pads.iter().copied().min().unwrap_or(0);
-            for cache in caches.iter_mut() {
-                cache.retain(&idx, trim);
-            }
-            pads.iter_mut().for_each(|p| *p -= trim);
+            retain_rows(&mut caches, &mut pads, &keep, &device);
         }
         // Feed the new tokens.
-        let n = decoder.rows.len();
-        let ids: Vec<i64> = decoder
+        let (last, positions): (Vec<u32>, Vec<usize>) = decoder
             .rows
             .iter()
-            .map(|&i| *decoder.out[i].tokens.last().expect("sampled") as i64)
-            .collect();
-        let positions: Vec<usize> = decoder
-            .rows
-            .iter()
-            .map(|&i| prompts[i].len() + decoder.out[i].tokens.len() - 1)
-            .collect();
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, 1]), &device);
-        let pos = Positions::new(&positions, &policy.rope, padded(&pads, false), &device);
-        let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
-        logits = last_logits(policy, hidden);
+            .map(|&i| {
+                let tokens = &decoder.out[i].tokens;
+                let last = *tokens.last().expect("sampled");
+                (last, prompts[i].len() + tokens.len() - 1)
+            })
+            .unzip();
+        logits = feed(policy, &last, &positions, &pads, &mut caches);
     }
+}
+
+/// Keeps the batch rows at positions `keep` (in that order) in every block's cache and in
+/// `pads`, and drops the cache columns that are padding for every remaining row.
+pub(super) fn retain_rows<B: Kernels>(
+    caches: &mut [LayerCache<B>],
+    pads: &mut Vec<usize>,
+    keep: &[usize],
+    device: &B::Device,
+) {
+    *pads = keep.iter().map(|&r| pads[r]).collect();
+    let idx = Tensor::<B, 1, Int>::from_data(
+        TensorData::new(keep.iter().map(|&r| r as i64).collect(), [keep.len()]),
+        device,
+    );
+    let trim = pads.iter().copied().min().unwrap_or(0);
+    for cache in caches.iter_mut() {
+        cache.retain(&idx, trim);
+    }
+    pads.iter_mut().for_each(|p| *p -= trim);
+}
+
+/// One decode step: feeds each row's last sampled token (`last[r]`, at position
+/// `positions[r]`) through the cached batch and returns the next logits, `[rows, vocab]`.
+pub(super) fn feed<B: Kernels>(
+    policy: &Policy<B>,
+    last: &[u32],
+    positions: &[usize],
+    pads: &[usize],
+    caches: &mut [LayerCache<B>],
+) -> Tensor<B, 2> {
+    let device = policy.device();
+    let ids = last.iter().map(|&t| t as i64).collect();
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [last.len(), 1]), &device);
+    let pos = Positions::new(positions, &policy.rope, padded(pads, false), &device);
+    let hidden = policy.hidden_with(tokens, &pos, Some(caches));
+    last_logits(policy, hidden)
+}
+
+/// The last `chunk` tokens of each prompt, left-padded into `[prompts, chunk]` ids, with their
+/// positions and the mask of a batch whose row `r` starts at column `pads[r]` of the whole
+/// (unchunked) prefill.
+pub(super) fn prefill_chunk<B: Kernels>(
+    policy: &Policy<B>,
+    prompts: &[&[u32]],
+    chunk: usize,
+    pads: &[usize],
+) -> (Tensor<B, 2, Int>, Positions<B>) {
+    let device = policy.device();
+    let n = prompts.len();
+    let mut ids = Vec::with_capacity(n * chunk);
+    let mut positions = Vec::with_capacity(n * chunk);
+    for prompt in prompts {
+        let len = prompt.len();
+        let blank = chunk.saturating_sub(len);
+        ids.extend(std::iter::repeat_n(0i64, blank));
+        ids.extend(prompt[len + blank - chunk..].iter().map(|&t| t as i64));
+        positions.extend((0..chunk).map(|j| (len + j).saturating_sub(chunk)));
+    }
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [n, chunk]), &device);
+    let pos = Positions::new(&positions, &policy.rope, padded(pads, true), &device);
+    (tokens, pos)
 }
 
 /// Keeps the keys and values of the rows that just finished (batch positions not in `going`):
@@ -330,7 +398,7 @@ fn keep_finished<B: Kernels>(
 }
 
 /// The mask of a left-padded batch: row `r`'s first `pads[r]` keys hidden.
-fn padded(pads: &[usize], causal: bool) -> AttentionMask {
+pub(super) fn padded(pads: &[usize], causal: bool) -> AttentionMask {
     AttentionMask {
         causal,
         key_start: pads.iter().any(|&p| p > 0).then(|| pads.into()),
@@ -432,15 +500,11 @@ impl<'a> Decoder<'a> {
             let g = &mut self.out[i];
             g.tokens.push(token);
             g.logprobs.push(logprob);
-            let sampling = self.sampling;
-            let finished = sampling.stop.contains(&token)
-                || sampling
-                    .stop_sequences
-                    .iter()
-                    .any(|s| !s.is_empty() && g.tokens.ends_with(s))
-                || g.tokens.len() >= sampling.max_new_tokens
-                || self.prompts[i].len() + g.tokens.len() >= self.context;
-            if !finished {
+            if self
+                .sampling
+                .end(&g.tokens, self.prompts[i].len(), self.context)
+                .is_none()
+            {
                 keep.push(r);
             }
         }
@@ -454,7 +518,7 @@ impl<'a> Decoder<'a> {
 }
 
 /// The logits on the host, as `f32`.
-fn host<B: Backend>(logits: Tensor<B, 2>) -> Vec<f32> {
+pub(super) fn host<B: Backend>(logits: Tensor<B, 2>) -> Vec<f32> {
     logits
         .into_data()
         .convert::<f32>()
@@ -463,14 +527,14 @@ fn host<B: Backend>(logits: Tensor<B, 2>) -> Vec<f32> {
 }
 
 /// The LM head on the last position: `[batch, vocab]`.
-fn last_logits<B: Kernels>(policy: &Policy<B>, hidden: Tensor<B, 3>) -> Tensor<B, 2> {
+pub(super) fn last_logits<B: Kernels>(policy: &Policy<B>, hidden: Tensor<B, 3>) -> Tensor<B, 2> {
     let [b, t, _] = hidden.dims();
     let last = hidden.narrow(1, t - 1, 1);
     policy.logits(last).reshape([b, policy.vocab])
 }
 
 /// The maximum of `logits` and `ln(sum(exp((x - max) / temperature)))`, in f64.
-fn normalizer(logits: &[f32], temperature: f64) -> (f64, f64) {
+pub(super) fn normalizer(logits: &[f32], temperature: f64) -> (f64, f64) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let sum: f64 = logits
         .iter()
@@ -481,7 +545,7 @@ fn normalizer(logits: &[f32], temperature: f64) -> (f64, f64) {
 
 /// Picks a token from one row of logits; returns it with its log-probability (see
 /// [`Generation::logprobs`]).
-fn sample(logits: &[f32], sampling: &Sampling, rng: &mut impl Rng) -> (u32, f32) {
+pub(super) fn sample(logits: &[f32], sampling: &Sampling, rng: &mut impl Rng) -> (u32, f32) {
     let last = logits.len() - 1;
     if sampling.greedy {
         let (best, _) = logits

@@ -8,6 +8,7 @@
 //! llama.cpp's GGUF files of those families; both return a [`Pretrained`].
 //! [`kernels`] is where the blocks' operations run: fused kernels on flex, burn's ops elsewhere.
 
+pub mod batch;
 mod generate;
 pub mod gguf;
 pub mod hf;
@@ -17,7 +18,8 @@ mod pretrained;
 pub mod recompute;
 mod transformer;
 
-pub use generate::{Generation, KeptCache, Sampling, generate, generate_kept, generate_uncached};
+pub use batch::ContinuousBatch;
+pub use generate::{End, Generation, KeptCache, Sampling, generate, generate_kept, generate_uncached};
 pub use kernels::{Kernels, TrainBackend};
 pub use pretrained::{LoadError, Origin, Pretrained, base_digest, pretrained_config};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};

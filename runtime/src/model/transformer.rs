@@ -231,6 +231,11 @@ impl<B: Kernels> LayerCache<B> {
         }
     }
 
+    /// Columns in use (the longest row's tokens, with the padding that aligns the others).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Appends `[batch, t, kv_heads, head_dim]` keys and values; returns the whole buffers and
     /// the rows now in use.
     fn append(&mut self, k: Tensor<B, 4>, v: Tensor<B, 4>) -> (Tensor<B, 4>, Tensor<B, 4>, usize) {
@@ -286,6 +291,42 @@ impl<B: Kernels> LayerCache<B> {
             kernels::cache_write(out, 0, t.clone().narrow(0, row, 1).narrow(1, start, len))
         };
         (copy(k), copy(v))
+    }
+
+    /// Appends the rows of `other` (a cache of the same block, prefilled separately) after this
+    /// cache's rows. Rows are right-aligned: every row's tokens end at the last column in use,
+    /// so the shorter side gains left padding; returns how many columns of padding this
+    /// cache's rows and `other`'s rows gained. The buffers are reallocated for `capacity`
+    /// columns (at least those in use).
+    pub(crate) fn join(&mut self, other: LayerCache<B>, capacity: usize) -> (usize, usize) {
+        let Some((ok, ov)) = other.kv else {
+            return (0, 0);
+        };
+        let Some((sk, sv)) = self.kv.take() else {
+            let (ok, ov) = (ok.narrow(1, 0, other.len), ov.narrow(1, 0, other.len));
+            *self = LayerCache::with_capacity(capacity);
+            self.append(ok, ov);
+            return (0, 0);
+        };
+        let width = self.len.max(other.len);
+        // A row's tokens in use, behind the blank columns that align it.
+        let aligned = |t: Tensor<B, 4>, len: usize| {
+            let [b, _, kvh, hd] = t.dims();
+            let tokens = t.narrow(1, 0, len);
+            match width - len {
+                0 => tokens,
+                pad => Tensor::cat(
+                    vec![Tensor::zeros([b, pad, kvh, hd], &tokens.device()), tokens],
+                    1,
+                ),
+            }
+        };
+        let k = Tensor::cat(vec![aligned(sk, self.len), aligned(ok, other.len)], 0);
+        let v = Tensor::cat(vec![aligned(sv, self.len), aligned(ov, other.len)], 0);
+        let gained = (width - self.len, width - other.len);
+        *self = LayerCache::with_capacity(capacity.max(width));
+        self.append(k, v);
+        gained
     }
 
     /// Keeps the batch rows `keep` (indices into the current batch) and drops the first `trim`

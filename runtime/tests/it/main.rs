@@ -13,6 +13,7 @@ mod evaluation_only;
 mod gguf;
 mod hf_checkpoint;
 mod lora;
+mod model_batch;
 mod model_copy;
 mod model_policy;
 mod model_sampling;
