@@ -32,6 +32,7 @@ pub mod pool;
 pub mod replay;
 pub mod report;
 pub mod rollout;
+pub mod serving;
 pub mod shared_warmup;
 pub mod sweep;
 pub mod tasks;

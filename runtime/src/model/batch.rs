@@ -11,8 +11,8 @@
 //! RNG, so what a row generates does not depend on its neighbours (up to floating-point
 //! rounding in the shared products): a seeded request gets the same answer alone or under load.
 
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
 use rand::Rng;
 
 use super::generate::{
@@ -136,8 +136,17 @@ impl<'p, B: Kernels, K: Clone + PartialEq, R: Rng> ContinuousBatch<'p, B, K, R> 
             rows = keep_rows(rows, &keep);
         }
         // Room for every row's remaining tokens, so no step reallocates.
-        let joined_width = caches[0].len().max(self.caches.first().map_or(0, |c| c.len()));
-        let capacity = joined_width + self.rows.iter().chain(&rows).map(remaining).max().unwrap_or(0);
+        let joined_width = caches[0]
+            .len()
+            .max(self.caches.first().map_or(0, |c| c.len()));
+        let capacity = joined_width
+            + self
+                .rows
+                .iter()
+                .chain(&rows)
+                .map(remaining)
+                .max()
+                .unwrap_or(0);
         if self.caches.is_empty() {
             self.caches = vec![LayerCache::<B>::with_capacity(capacity); caches.len()];
         }
@@ -191,14 +200,21 @@ impl<'p, B: Kernels, K: Clone + PartialEq, R: Rng> ContinuousBatch<'p, B, K, R> 
             self.rows.clear();
             return;
         }
-        retain_rows(&mut self.caches, &mut self.pads, keep, &self.policy.device());
+        retain_rows(
+            &mut self.caches,
+            &mut self.pads,
+            keep,
+            &self.policy.device(),
+        );
         self.rows = keep_rows(std::mem::take(&mut self.rows), keep);
     }
 }
 
 /// Tokens row `row` may still generate.
 fn remaining<K, R>(row: &Row<K, R>) -> usize {
-    row.sampling.max_new_tokens.saturating_sub(row.generated.len())
+    row.sampling
+        .max_new_tokens
+        .saturating_sub(row.generated.len())
 }
 
 /// The rows at positions `keep`, in that order.
@@ -255,6 +271,11 @@ pub(super) fn most_likely(logits: &[f32], temperature: f64, k: usize) -> Vec<(u3
     let (max, log_z) = normalizer(logits, temperature);
     order
         .into_iter()
-        .map(|i| (i as u32, ((logits[i] as f64 - max) / temperature - log_z) as f32))
+        .map(|i| {
+            (
+                i as u32,
+                ((logits[i] as f64 - max) / temperature - log_z) as f32,
+            )
+        })
         .collect()
 }

@@ -19,7 +19,9 @@ pub mod recompute;
 mod transformer;
 
 pub use batch::ContinuousBatch;
-pub use generate::{End, Generation, KeptCache, Sampling, generate, generate_kept, generate_uncached};
+pub use generate::{
+    End, Generation, KeptCache, Sampling, generate, generate_kept, generate_uncached,
+};
 pub use kernels::{Kernels, TrainBackend};
 pub use pretrained::{LoadError, Origin, Pretrained, base_digest, pretrained_config};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};

@@ -416,6 +416,17 @@ impl ChatFormat {
     /// The start of an episode: system message, user instruction and the first assistant
     /// header; the mask is all `false`.
     pub fn begin(&self, reset: &Reset) -> Transcript {
+        self.begin_with_system(None, reset)
+    }
+
+    /// [`ChatFormat::begin`] with a caller's system text (a served conversation's system
+    /// message) before the tools' text in the system message, separated by a blank line.
+    pub fn begin_with_system(&self, system: Option<&str>, reset: &Reset) -> Transcript {
+        let with_caller = |tools_text: String| match system {
+            Some(s) if tools_text.is_empty() => s.to_string(),
+            Some(s) => format!("{s}\n\n{tools_text}"),
+            None => tools_text,
+        };
         let mut t = Transcript::default();
         if let Some(template) = &self.tools_template {
             let tools: Vec<serde_json::Value> =
@@ -423,16 +434,16 @@ impl ChatFormat {
             // Rendered per episode, since the tools are part of it; should a task's schemas
             // make the template fail, the episode falls back to the tools in our text.
             if let Ok(layout) = Layout::of_template(&self.tokenizer, template, Some(&tools)) {
-                let system = self.system_message(&reset.tools);
+                let system = with_caller(self.system_message(&reset.tools));
                 let contents = [system.as_str(), reset.instruction.as_str()];
                 fill(&self.tokenizer, &mut t, &layout.begin, &contents);
                 return t;
             }
         }
-        let system = match self.calls {
+        let system = with_caller(match self.calls {
             ToolCallFormat::Compact => Self::system_text(&reset.tools),
             ToolCallFormat::Hermes => Self::hermes_system_text(&reset.tools),
-        };
+        });
         let contents = [system.as_str(), reset.instruction.as_str()];
         fill(&self.tokenizer, &mut t, &self.layout.begin, &contents);
         t

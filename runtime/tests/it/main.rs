@@ -23,6 +23,7 @@ mod recompute;
 mod replay;
 mod report;
 mod rollout;
+mod serving;
 mod shared_warmup;
 mod text_chat;
 mod text_template;

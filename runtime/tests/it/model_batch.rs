@@ -97,9 +97,16 @@ fn collect(out: &mut [Generation], ended: &mut [Option<End>], tokens: Vec<Sample
         assert!(ended[s.key].is_none(), "sequence {} ended already", s.key);
         assert_eq!(s.top.len(), s.key % 3, "alternatives asked for");
         if let Some(&(best, logprob)) = s.top.first() {
-            assert!(s.top.windows(2).all(|w| w[0].1 >= w[1].1), "most likely first");
+            assert!(
+                s.top.windows(2).all(|w| w[0].1 >= w[1].1),
+                "most likely first"
+            );
             if samplings()[s.key].greedy {
-                assert_eq!((best, logprob), (s.token, s.logprob), "greedy takes the best");
+                assert_eq!(
+                    (best, logprob),
+                    (s.token, s.logprob),
+                    "greedy takes the best"
+                );
             }
         }
         out[s.key].tokens.push(s.token);
@@ -112,7 +119,10 @@ fn assert_same(batch: &[Generation], alone: &[Generation], what: &str) {
     for (i, (a, b)) in batch.iter().zip(alone).enumerate() {
         assert_eq!(a.tokens, b.tokens, "{what}: sequence {i}");
         for (k, (x, y)) in a.logprobs.iter().zip(&b.logprobs).enumerate() {
-            assert!((x - y).abs() < 1e-4, "{what}: sequence {i}, token {k}: {x} vs {y}");
+            assert!(
+                (x - y).abs() < 1e-4,
+                "{what}: sequence {i}, token {k}: {x} vs {y}"
+            );
         }
     }
 }
@@ -164,7 +174,11 @@ fn removed_sequences_leave_the_others_untouched() {
     let mut out = vec![Generation::default(); n];
     let mut ended = vec![None; n];
     let mut batch = ContinuousBatch::<B, usize, ChaCha8Rng>::new(&p);
-    collect(&mut out, &mut ended, batch.admit((0..4).map(request).collect()));
+    collect(
+        &mut out,
+        &mut ended,
+        batch.admit((0..4).map(request).collect()),
+    );
     collect(&mut out, &mut ended, batch.step());
     batch.remove(&2);
     batch.remove(&99);
@@ -174,7 +188,11 @@ fn removed_sequences_leave_the_others_untouched() {
     for i in [0, 1, 3] {
         assert_same(&out[i..=i], &reference[i..=i], "kept");
     }
-    assert_eq!(out[2].tokens, reference[2].tokens[..2], "removed after two tokens");
+    assert_eq!(
+        out[2].tokens,
+        reference[2].tokens[..2],
+        "removed after two tokens"
+    );
     assert_eq!(ended[2], None, "a removed sequence reports no end");
 
     batch.remove(&0);
