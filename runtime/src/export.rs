@@ -12,7 +12,7 @@ use burn::backend::Flex;
 use crate::error::RunError;
 use crate::model::hf::{HfConfig, save_hf};
 use crate::model::lora::save_peft;
-use crate::model::{PolicyConfig, pretrained_config};
+use crate::model::{Policy, PolicyConfig, pretrained_config};
 use crate::replay::{ReplayError, RunFiles};
 
 /// What to write.
@@ -56,23 +56,7 @@ pub fn export(
     format: Format,
     out: &Path,
 ) -> Result<(), ExportError> {
-    let run = RunFiles::read(run_dir)?;
-    let version = step.or(run.final_version).ok_or_else(|| {
-        ExportError::NoWeights(format!(
-            "{} has no final weights (the run did not finish): name a checkpoint's step with \
-             --step",
-            run_dir.display()
-        ))
-    })?;
-    let weights = run.weights_of(version).ok_or_else(|| {
-        ExportError::NoWeights(format!(
-            "{} kept no weights of RL step {version} (`policy.mpk` holds the final step, \
-             `checkpoints/rl-NNNNNN.ckpt` the others)",
-            run_dir.display()
-        ))
-    })?;
-    let device = Default::default();
-    let policy = weights.load::<Flex>(&run.spec, run.tokenizer.vocab_size(), &device)?;
+    let (run, policy) = trained_policy(run_dir, step)?;
     let io = |source| ExportError::Io {
         path: out.to_path_buf(),
         source,
@@ -95,6 +79,31 @@ pub fn export(
             save_hf(&policy.merged(), &config, &run.tokenizer, out).map_err(io)
         }
     }
+}
+
+/// The run directory's files and its policy at RL step `step` (default: the finished run's
+/// final weights), on flex.
+pub(crate) fn trained_policy(
+    run_dir: &Path,
+    step: Option<u64>,
+) -> Result<(RunFiles, Policy<Flex>), ExportError> {
+    let run = RunFiles::read(run_dir)?;
+    let version = step.or(run.final_version).ok_or_else(|| {
+        ExportError::NoWeights(format!(
+            "{} has no final weights (the run did not finish): name a checkpoint's step with \
+             --step",
+            run_dir.display()
+        ))
+    })?;
+    let weights = run.weights_of(version).ok_or_else(|| {
+        ExportError::NoWeights(format!(
+            "{} kept no weights of RL step {version} (`policy.mpk` holds the final step, \
+             `checkpoints/rl-NNNNNN.ckpt` the others)",
+            run_dir.display()
+        ))
+    })?;
+    let policy = weights.load::<Flex>(&run.spec, run.tokenizer.vocab_size(), &Default::default())?;
+    Ok((run, policy))
 }
 
 /// The base model as PEFT's `base_model_name_or_path` names it: the file or folder the

@@ -19,9 +19,86 @@ use agentry_env::{Reset, ToolCall, ToolSchema};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use burn::backend::Flex;
+
+use crate::export::{ExportError, trained_policy};
 use crate::model::batch::{Request, Sampled};
+use crate::model::hf::HfConfig;
+use crate::model::{LoadError, Pretrained};
 use crate::model::{ContinuousBatch, End, Kernels, Policy, Sampling};
 use crate::text::{ChatFormat, Transcript};
+
+/// A policy to serve, with its chat format and the name clients ask for it by.
+#[derive(Debug)]
+pub struct Served {
+    /// The policy, on flex.
+    pub policy: Policy<Flex>,
+    /// How conversations become its tokens.
+    pub chat: ChatFormat,
+    /// Its name: the run directory's `EXPERIMENT/RUN-ID`, the checkpoint folder's name or the
+    /// GGUF file's stem.
+    pub name: String,
+}
+
+/// Why a model could not be loaded for serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeLoadError {
+    /// A run directory's weights could not be read.
+    #[error(transparent)]
+    Run(#[from] ExportError),
+    /// A pretrained checkpoint could not be read.
+    #[error(transparent)]
+    Pretrained(#[from] LoadError),
+    /// The path is none of the three.
+    #[error(
+        "`{0}` is not a run directory (experiment.json), a Hugging Face checkpoint folder \
+         (config.json) or a GGUF file (.gguf)"
+    )]
+    Unknown(std::path::PathBuf),
+}
+
+/// Loads what `path` holds: a run directory (its policy at RL step `step`, default the
+/// final weights), a Hugging Face checkpoint folder or a GGUF file.
+///
+/// # Errors
+/// If `path` is none of these, or its files cannot be read.
+pub fn load_served(path: &std::path::Path, step: Option<u64>) -> Result<Served, ServeLoadError> {
+    // A folder's whole name, a file's without its extension.
+    let stem = |p: &std::path::Path| {
+        let name = if p.is_dir() { p.file_name() } else { p.file_stem() };
+        name
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    };
+    let device = Default::default();
+    if path.join("experiment.json").is_file() {
+        let (run, policy) = trained_policy(path, step)?;
+        let name = match path.parent() {
+            Some(parent) if parent.file_name().is_some() => {
+                format!("{}/{}", stem(parent), stem(path))
+            }
+            _ => stem(path),
+        };
+        return Ok(Served {
+            policy,
+            chat: ChatFormat::new(run.tokenizer),
+            name,
+        });
+    }
+    let pretrained = if path.join("config.json").is_file() {
+        let declared = HfConfig::load(path)?.model_type;
+        Pretrained::<Flex>::load(path, declared, &device)?
+    } else if path.is_file() && path.extension().is_some_and(|e| e == "gguf") {
+        Pretrained::<Flex>::from_gguf(path, &device)?
+    } else {
+        return Err(ServeLoadError::Unknown(path.to_path_buf()));
+    };
+    Ok(Served {
+        policy: pretrained.policy,
+        chat: ChatFormat::new(pretrained.tokenizer),
+        name: stem(path),
+    })
+}
 
 /// A message of a served conversation.
 #[derive(Clone, Debug, PartialEq)]
