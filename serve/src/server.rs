@@ -72,6 +72,12 @@ impl Server {
         api_url(self.addr)
     }
 
+    /// The root URL on loopback, `http://127.0.0.1:PORT` (or the bound host when it is a
+    /// specific one), for servers whose API is not under `/api` (the OpenAI one is under `/v1`).
+    pub fn origin(&self) -> String {
+        origin(self.addr)
+    }
+
     /// Serves until the process ends.
     pub fn run_forever(mut self) -> ! {
         match self.runtime.take() {
@@ -96,6 +102,11 @@ impl Drop for Server {
 
 /// `http://HOST:PORT/api`, with an unspecified host (`0.0.0.0`, `::`) replaced by loopback.
 pub(crate) fn api_url(addr: SocketAddr) -> String {
+    format!("{}/api", origin(addr))
+}
+
+/// `http://HOST:PORT`, with an unspecified host (`0.0.0.0`, `::`) replaced by loopback.
+fn origin(addr: SocketAddr) -> String {
     let host = if addr.ip().is_unspecified() {
         match addr {
             SocketAddr::V4(_) => "127.0.0.1".to_string(),
@@ -107,7 +118,7 @@ pub(crate) fn api_url(addr: SocketAddr) -> String {
             SocketAddr::V6(a) => format!("[{}]", a.ip()),
         }
     };
-    format!("http://{host}:{}/api", addr.port())
+    format!("http://{host}:{}", addr.port())
 }
 
 /// Joins an API base (`http://h:p/api`, with or without a trailing slash) and an endpoint.
