@@ -22,6 +22,8 @@ pub use agentry_macros::experiment;
 pub use agentry_runtime::*;
 pub use agentry_serve as serve;
 
+pub mod openai;
+
 /// The error type of [`main`] and the CLI: any error, with its chain of causes.
 pub type Result<T, E = anyhow::Error> = std::result::Result<T, E>;
 

@@ -113,6 +113,42 @@ enum Command {
         #[command(flatten)]
         token: TokenArg,
     },
+    /// Serve a policy over the OpenAI chat-completions API (`/v1/chat/completions`,
+    /// `/v1/models`, `/health`): a run directory's trained policy, a Hugging Face checkpoint
+    /// folder or a GGUF file. Concurrent requests are decoded together (continuous batching);
+    /// conversations are rendered and tool calls read as in training.
+    Serve {
+        /// A run directory (runs/<experiment>/<run-id>), a Hugging Face checkpoint folder or a
+        /// GGUF file.
+        model: PathBuf,
+        /// For a run directory: the RL step whose checkpoint to serve (default: the final
+        /// weights).
+        #[arg(long)]
+        step: Option<u64>,
+        /// The model name clients use (default: the run's EXPERIMENT/RUN-ID, the folder's or
+        /// file's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Address to listen on. The default (127.0.0.1) is reachable from this machine only;
+        /// `--host 0.0.0.0` listens on every interface (then set a token).
+        #[arg(long, default_value = DEFAULT_HOST)]
+        host: IpAddr,
+        /// Port to listen on.
+        #[arg(long, short, default_value_t = 8000)]
+        port: u16,
+        #[command(flatten)]
+        token: TokenArg,
+        /// Most replies decoded together.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+        max_batch: u32,
+        /// Most requests waiting for room in the batch; more are answered 429.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+        queue: u32,
+        /// Seed of the replies of requests that name none (same seed, same replies for the
+        /// same arrivals).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Serve a built-in task's instances as an AgentRL task worker, heartbeating to a
     /// controller. Index `i` is instance `i` of `--split` at `--difficulty`.
     Worker {
@@ -316,6 +352,50 @@ fn main() -> ExitCode {
                     eprintln!(
                         "agentry controller: listening on {} ({guarded})",
                         server.addr()
+                    );
+                    server.run_forever()
+                }
+                Err(e) => finish(Err(format!("error: {e}"))),
+            }
+        }
+        Command::Serve {
+            model,
+            step,
+            name,
+            host,
+            port,
+            token,
+            max_batch,
+            queue,
+            seed,
+        } => {
+            let token = match token.token() {
+                Ok(token) => token,
+                Err(e) => return finish(Err(e)),
+            };
+            let served = match agentry::serving::load_served(&model, step) {
+                Ok(served) => served,
+                Err(e) => return finish(Err(format!("error: {e}"))),
+            };
+            let name = name.unwrap_or(served.name);
+            let options = agentry::serving::EngineOptions {
+                max_batch: max_batch as usize,
+                queue: queue as usize,
+                seed,
+            };
+            let engine = agentry::serving::Engine::start(served.policy, served.chat, options);
+            let mut config = agentry_serve::openai::OpenAiConfig::new(SocketAddr::new(host, port));
+            let guarded = if token.is_some() {
+                "a token is required"
+            } else {
+                "no token: anyone who can reach it can use it"
+            };
+            config.token = token;
+            match agentry::openai::serve(config, agentry::openai::EngineModel::new(engine, &name)) {
+                Ok(server) => {
+                    eprintln!(
+                        "agentry serve: `{name}` at {} ({guarded})",
+                        agentry_serve::openai::base_url(&server)
                     );
                     server.run_forever()
                 }
