@@ -102,7 +102,8 @@ pub(crate) fn trained_policy(
             run_dir.display()
         ))
     })?;
-    let policy = weights.load::<Flex>(&run.spec, run.tokenizer.vocab_size(), &Default::default())?;
+    let policy =
+        weights.load::<Flex>(&run.spec, run.tokenizer.vocab_size(), &Default::default())?;
     Ok((run, policy))
 }
 

@@ -20,6 +20,7 @@ pub mod checkpoint;
 pub mod compare;
 pub mod curriculum;
 pub mod device;
+pub mod endpoint;
 pub mod error;
 pub mod experiment;
 pub mod export;

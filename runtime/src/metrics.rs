@@ -72,6 +72,20 @@ pub struct Evaluation {
     pub success_ci: [f64; 2],
 }
 
+impl Evaluation {
+    /// Its line of `metrics.jsonl`.
+    pub fn record(&self, step: u64, label: EvalPoint, decoding: Decoding) -> Record {
+        Record::Eval {
+            step,
+            label,
+            decoding,
+            tasks: self.tasks.clone(),
+            success: self.success,
+            success_ci: self.success_ci,
+        }
+    }
+}
+
 /// Success and return of one task over some episodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskStats {

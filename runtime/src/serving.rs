@@ -24,8 +24,8 @@ use burn::backend::Flex;
 use crate::export::{ExportError, trained_policy};
 use crate::model::batch::{Request, Sampled};
 use crate::model::hf::HfConfig;
-use crate::model::{LoadError, Pretrained};
 use crate::model::{ContinuousBatch, End, Kernels, Policy, Sampling};
+use crate::model::{LoadError, Pretrained};
 use crate::text::{ChatFormat, Transcript};
 
 /// A policy to serve, with its chat format and the name clients ask for it by.
@@ -65,9 +65,12 @@ pub enum ServeLoadError {
 pub fn load_served(path: &std::path::Path, step: Option<u64>) -> Result<Served, ServeLoadError> {
     // A folder's whole name, a file's without its extension.
     let stem = |p: &std::path::Path| {
-        let name = if p.is_dir() { p.file_name() } else { p.file_stem() };
-        name
-            .map(|s| s.to_string_lossy().into_owned())
+        let name = if p.is_dir() {
+            p.file_name()
+        } else {
+            p.file_stem()
+        };
+        name.map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into())
     };
     let device = Default::default();
@@ -709,10 +712,9 @@ impl Worker {
         reply.done = true;
         job.open -= 1;
         let mut calls = Vec::new();
-        if tools_shown
-            && let Ok(call) = self.chat.call_format().parse(text)
-            && job.job.tools.iter().any(|t| t.name == call.name)
-        {
+        // Any reply that reads as a call is one, as in training: a call of a tool the client
+        // did not declare goes back to it to answer (an environment answers it with an error).
+        if tools_shown && let Ok(call) = self.chat.call_format().parse(text) {
             calls.push((format!("call_{}_{index}", s.key.0), call));
             finish = Finish::ToolCalls;
         }

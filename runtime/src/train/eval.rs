@@ -10,7 +10,7 @@ use super::prepare::task_stats;
 use crate::checkpoint::Phase;
 use crate::curriculum::env_split;
 use crate::error::RunError;
-use crate::metrics::{EvalPoint, Evaluation, Record, wilson};
+use crate::metrics::{EvalPoint, Evaluation, wilson};
 use crate::model::TrainBackend;
 use crate::rollout::{Episode, EpisodeSpec, play};
 use crate::trajectory::{self, Origin, render};
@@ -22,20 +22,7 @@ impl<B: TrainBackend> Trainer<B> {
     /// greedy, `samples-LABEL-sampled.txt` for sampled).
     pub(super) fn evaluate(&mut self, step: u64, point: EvalPoint) -> Result<Evaluated, RunError> {
         let eval = self.spec.eval.clone();
-        let mut specs = Vec::new();
-        for (t, task) in self.spec.tasks.iter().enumerate() {
-            let levels = task.difficulty.max - task.difficulty.min + 1;
-            for i in 0..eval.episodes {
-                specs.push(EpisodeSpec {
-                    task: t,
-                    split: env_split(eval.split),
-                    difficulty: task.difficulty.min + (i % usize::from(levels)) as u8,
-                    index: i as u64,
-                    max_turns: task.max_turns,
-                    group: specs.len(),
-                });
-            }
-        }
+        let specs = eval_specs(&self.spec);
         let task_names: Vec<&str> = self.spec.tasks.iter().map(|t| t.name.as_str()).collect();
         let mut done = Vec::new();
         for &decoding in eval.decoding.each() {
@@ -60,27 +47,10 @@ impl<B: TrainBackend> Trainer<B> {
                 &mut rng,
             );
             self.write_samples(point, decoding, &episodes)?;
-            let tasks = task_stats(&task_names, &episodes);
-            let success =
-                tasks.values().map(|s| s.success).sum::<f64>() / tasks.len().max(1) as f64;
-            let solved = episodes.iter().filter(|e| e.success).count();
-            let success_ci = wilson(solved, episodes.len());
-            self.run_dir.record(&Record::Eval {
-                step,
-                label: point,
-                decoding,
-                tasks: tasks.clone(),
-                success,
-                success_ci,
-            })?;
-            done.push((
-                decoding,
-                Evaluation {
-                    tasks,
-                    success,
-                    success_ci,
-                },
-            ));
+            let evaluation = evaluation_of(&task_names, &episodes);
+            self.run_dir
+                .record(&evaluation.record(step, point, decoding))?;
+            done.push((decoding, evaluation));
         }
         Ok(Evaluated::of(done))
     }
@@ -150,8 +120,42 @@ impl<B: TrainBackend> Trainer<B> {
     }
 }
 
+/// The evaluation of `episodes`: per task, and the mean over tasks with its interval pooled
+/// over all episodes.
+pub(crate) fn evaluation_of(task_names: &[&str], episodes: &[Episode]) -> Evaluation {
+    let tasks = task_stats(task_names, episodes);
+    let success = tasks.values().map(|s| s.success).sum::<f64>() / tasks.len().max(1) as f64;
+    let solved = episodes.iter().filter(|e| e.success).count();
+    Evaluation {
+        tasks,
+        success,
+        success_ci: wilson(solved, episodes.len()),
+    }
+}
+
+/// The episodes every evaluation plays: `eval.episodes` fixed instances of each task, its
+/// difficulty levels in turn.
+pub(crate) fn eval_specs(spec: &spec::Experiment) -> Vec<EpisodeSpec> {
+    let eval = &spec.eval;
+    let mut specs = Vec::new();
+    for (t, task) in spec.tasks.iter().enumerate() {
+        let levels = task.difficulty.max - task.difficulty.min + 1;
+        for i in 0..eval.episodes {
+            specs.push(EpisodeSpec {
+                task: t,
+                split: env_split(eval.split),
+                difficulty: task.difficulty.min + (i % usize::from(levels)) as u8,
+                index: i as u64,
+                max_turns: task.max_turns,
+                group: specs.len(),
+            });
+        }
+    }
+    specs
+}
+
 /// The name of the split evaluations run on, for the progress lines.
-pub(super) fn split_name(split: spec::Split) -> &'static str {
+pub(crate) fn split_name(split: spec::Split) -> &'static str {
     match split {
         spec::Split::Train => "train",
         spec::Split::Test => "held-out",

@@ -10,6 +10,8 @@
 
 mod eval;
 mod prepare;
+
+pub(crate) use eval::{eval_specs, evaluation_of, split_name};
 mod record;
 mod setup;
 mod source;
@@ -36,7 +38,6 @@ use crate::metrics::{EvalPoint, Progress, Record, RlRecord, RunDir};
 use crate::model::{Sampling, TrainBackend};
 use crate::shared_warmup::SharedWarmups;
 use crate::text::{ChatFormat, Transcript};
-use eval::split_name;
 use record::StepStats;
 use source::{Asynchronous, EpisodeSource, PipelineStats, Synchronous, refresh_stale};
 use state::{Critic, Identity, RunState};

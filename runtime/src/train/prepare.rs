@@ -71,7 +71,7 @@ pub(super) fn played(task_names: &[&str], episodes: &[Episode]) -> Played {
 
 /// Success and return of each task's episodes, by task name; tasks without episodes are left
 /// out.
-pub(super) fn task_stats(task_names: &[&str], episodes: &[Episode]) -> BTreeMap<String, TaskStats> {
+pub(crate) fn task_stats(task_names: &[&str], episodes: &[Episode]) -> BTreeMap<String, TaskStats> {
     task_names
         .iter()
         .enumerate()
