@@ -1,12 +1,15 @@
-//! Serving a policy over the OpenAI chat-completions API (`agentry serve`), and the wire
-//! format `agentry eval --endpoint` speaks to any such server.
+//! Serving a policy over the OpenAI chat-completions API (`agentry serve`), and the client
+//! `agentry eval --endpoint` plays episodes through against any such server.
 //!
-//! Work in progress (issue 19): the wire format, the [`model::ChatModel`] seam and the
-//! [`server`] exist. [`serve_openai`] serves any [`model::ChatModel`] at `/v1`, with OpenAI's
-//! statuses and error objects.
+//! Work in progress (issue 19): the wire format, the [`model::ChatModel`] seam, the
+//! [`server`] and the [`client`] exist. [`serve_openai`] serves any [`model::ChatModel`] at
+//! `/v1`, with OpenAI's statuses and error objects; [`OpenAiClient`] calls any OpenAI-compatible
+//! endpoint, retrying what may pass and counting every fault.
 
+pub mod client;
 pub mod model;
 pub mod server;
 pub mod wire;
 
+pub use client::{EndpointConfig, EndpointError, EndpointStats, OpenAiClient, Reply, TokenUsage};
 pub use server::{OpenAiConfig, base_url, serve_openai};
