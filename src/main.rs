@@ -149,6 +149,43 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Evaluate a model behind any OpenAI-compatible endpoint (vLLM, llama.cpp's server,
+    /// `agentry serve`...) on an experiment's evaluation episodes: its tasks' tools are sent as
+    /// `tools`, each call is executed by the environment, and the run directory is an
+    /// evaluation-only run's (metrics, report, intervals, replayable episodes), for `agentry
+    /// compare`. Without FILE: the five built-in tasks, 32 held-out episodes each.
+    Eval {
+        /// The experiment whose tasks, `eval` and decoding settings to use.
+        file: Option<PathBuf>,
+        /// The endpoint's API base, e.g. http://127.0.0.1:8000/v1.
+        #[arg(long)]
+        endpoint: String,
+        /// The model name to request.
+        #[arg(long)]
+        model: String,
+        /// The environment variable holding the API key (sent as a bearer token).
+        #[arg(long, value_name = "VAR")]
+        api_key_env: Option<String>,
+        /// How a reply without `tool_calls` is read as a call: compact (Agentry's form, which
+        /// also reads a bare JSON call) or hermes (`<tool_call>` tags).
+        #[arg(long, value_enum, default_value_t = CallFormatArg::Compact)]
+        call_format: CallFormatArg,
+        /// Episodes played at once (concurrent requests).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+        concurrency: u32,
+        /// Seconds one request may take before it is retried.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+        /// Retries of a request that timed out, failed with a 5xx or came back malformed.
+        #[arg(long, default_value_t = 3)]
+        retries: u32,
+        /// Root directory of run directories.
+        #[arg(long, default_value = "runs")]
+        out: PathBuf,
+        /// Hide the progress lines.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Serve a built-in task's instances as an AgentRL task worker, heartbeating to a
     /// controller. Index `i` is instance `i` of `--split` at `--difficulty`.
     Worker {
@@ -358,6 +395,29 @@ fn main() -> ExitCode {
                 Err(e) => finish(Err(format!("error: {e}"))),
             }
         }
+        Command::Eval {
+            file,
+            endpoint,
+            model,
+            api_key_env,
+            call_format,
+            concurrency,
+            timeout,
+            retries,
+            out,
+            quiet,
+        } => finish(evaluate_endpoint(EndpointArgs {
+            file,
+            endpoint,
+            model,
+            api_key_env,
+            call_format,
+            concurrency,
+            timeout,
+            retries,
+            out,
+            quiet,
+        })),
         Command::Serve {
             model,
             step,
@@ -495,6 +555,90 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
             .map_err(|e| format!("error: {e}"))?;
     }
     Ok(())
+}
+
+/// `agentry eval`'s arguments.
+struct EndpointArgs {
+    file: Option<PathBuf>,
+    endpoint: String,
+    model: String,
+    api_key_env: Option<String>,
+    call_format: CallFormatArg,
+    concurrency: u32,
+    timeout: u64,
+    retries: u32,
+    out: PathBuf,
+    quiet: bool,
+}
+
+/// The experiment `agentry eval` uses without a file: the five built-in tasks as the AgentRL
+/// recipe declares them, 32 held-out episodes each, greedy.
+const FIVE_TASKS: &str = r#"
+experiment endpoint_eval {
+    seed = 1
+    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, context = 4096 } }
+    task os { env = os, max_turns = 6, difficulty = 1 }
+    task db { env = db, max_turns = 6, difficulty = 1 }
+    task kg { env = kg, max_turns = 6, difficulty = 1 }
+    task webshop { env = webshop, max_turns = 6, difficulty = 1 }
+    task alfworld { env = alfworld, max_turns = 8, difficulty = 1 }
+    algorithm grpo { group_size = 2 }
+    train { steps = 0, max_new_tokens = 256, temperature = 0.7 }
+    eval { split = test, episodes = 32, decoding = greedy }
+}
+"#;
+
+fn evaluate_endpoint(args: EndpointArgs) -> Result<(), String> {
+    let (name, source) = match &args.file {
+        Some(file) => (display(file), read(file)?),
+        None => (
+            "(the five built-in tasks)".to_string(),
+            FIVE_TASKS.to_string(),
+        ),
+    };
+    let spec = agentry::dsl::check(&source).map_err(|d| d.render(&name, &source))?;
+    let api_key = match &args.api_key_env {
+        Some(var) => Some(std::env::var(var).map_err(|_| {
+            format!("error: --api-key-env {var}: the environment variable {var} is not set")
+        })?),
+        None => None,
+    };
+    let mut config = agentry_serve::openai::EndpointConfig::new(&args.endpoint, &args.model);
+    config.api_key = api_key;
+    config.timeout = std::time::Duration::from_secs(args.timeout.max(1));
+    config.retries = args.retries;
+    let endpoint =
+        agentry::openai::OpenAiEndpoint::connect(config).map_err(|e| format!("error: {e}"))?;
+    let options = agentry::RunOptions {
+        device: None,
+        steps: None,
+        out: args.out,
+        quiet: args.quiet,
+        resume: None,
+        shared_warmups: None,
+        remote_tasks: Some(std::sync::Arc::new(agentry::serve::HttpRemoteTasks)),
+    };
+    let settings = agentry::endpoint::EndpointOptions {
+        call_format: match args.call_format {
+            CallFormatArg::Compact => agentry::env::ToolCallFormat::Compact,
+            CallFormatArg::Hermes => agentry::env::ToolCallFormat::Hermes,
+        },
+        concurrency: args.concurrency as usize,
+    };
+    let summary =
+        agentry::endpoint::evaluate_endpoint(&Interpreted(spec), &options, &endpoint, &settings)
+            .map_err(|e| format!("error: {e}"))?;
+    println!("{}", summary.run_dir.display());
+    Ok(())
+}
+
+/// A call form, for `agentry eval --call-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum CallFormatArg {
+    /// `name(arg="value")`, or a bare JSON call.
+    Compact,
+    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
+    Hermes,
 }
 
 fn parse_device(name: &str) -> Result<agentry::spec::Device, String> {

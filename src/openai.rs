@@ -1,21 +1,27 @@
-//! `agentry serve`: the runtime's serving engine ([`crate::serving::Engine`]) behind
-//! `agentry-serve`'s OpenAI server. Only translation lives here: the engine knows no HTTP and
-//! the server no policy, as with [`crate::serve::HttpRemoteTasks`] the other way round.
+//! The OpenAI chat API wired to the runtime, both ways: `agentry serve` puts the runtime's
+//! serving engine ([`crate::serving::Engine`]) behind `agentry-serve`'s OpenAI server, and
+//! `agentry eval --endpoint` plays the runtime's endpoint evaluation
+//! ([`crate::endpoint::evaluate_endpoint`]) through `agentry-serve`'s OpenAI client. Only
+//! translation lives here: the runtime knows no HTTP and `agentry-serve` no policy, as with
+//! [`crate::serve::HttpRemoteTasks`].
 
 use std::io;
 use std::sync::Arc;
 
-use agentry_runtime::env::ToolCall;
+use agentry_runtime::endpoint::{ChatEndpoint, EndpointFailure, EndpointReply, EndpointRequest};
+use agentry_runtime::env::{ToolCall, ToolSchema};
 use agentry_runtime::serving::{
     ChatEvent, ChatJob, ChatMessage, Engine, Finish, Refused, TokenInfo,
 };
 use agentry_serve::Server;
 use agentry_serve::openai::model::{ChatModel, Event, Refusal};
 use agentry_serve::openai::wire::{
-    ChatRequest, FinishReason, FunctionCall, Invalid, RawToolCall, Role, ToolChoice,
-    TokenLogprob, TopLogprob,
+    ChatRequest, FinishReason, FunctionCall, Invalid, RawToolCall, Role, TokenLogprob, ToolChoice,
+    TopLogprob,
 };
-use agentry_serve::openai::{OpenAiConfig, serve_openai};
+use agentry_serve::openai::{
+    EndpointConfig, EndpointError, OpenAiClient, OpenAiConfig, serve_openai,
+};
 use tokio::sync::mpsc;
 
 /// A serving engine as the OpenAI server's model.
@@ -116,7 +122,9 @@ fn job(request: ChatRequest) -> Result<ChatJob, Invalid> {
                                 "the arguments of call {j} are not a JSON object: {}",
                                 call.function.arguments
                             ),
-                            param: Some(format!("messages[{i}].tool_calls[{j}].function.arguments")),
+                            param: Some(format!(
+                                "messages[{i}].tool_calls[{j}].function.arguments"
+                            )),
                             code: None,
                         })?;
                     calls.push((
@@ -206,5 +214,133 @@ fn token_logprob(token: TokenInfo) -> TokenLogprob {
                 logprob,
             })
             .collect(),
+    }
+}
+
+/// An OpenAI-compatible endpoint as the evaluation's [`ChatEndpoint`].
+pub struct OpenAiEndpoint {
+    client: OpenAiClient,
+    describe: String,
+}
+
+impl std::fmt::Debug for OpenAiEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiEndpoint")
+            .field("endpoint", &self.describe)
+            .finish()
+    }
+}
+
+impl OpenAiEndpoint {
+    /// A client of `config`'s endpoint, once its model list says it serves `config.model` (so
+    /// a wrong URL, key or name fails here, not as hundreds of failed episodes).
+    ///
+    /// # Errors
+    /// If the endpoint cannot be reached, refuses the key, or does not list the model.
+    pub fn connect(config: EndpointConfig) -> Result<Self, String> {
+        let describe = format!("{} at {}", config.model, config.base_url);
+        let model = config.model.clone();
+        let client = OpenAiClient::new(config);
+        let models = client
+            .models()
+            .map_err(|e| format!("cannot list the models of {describe}: {e}"))?;
+        if !models.iter().any(|m| *m == model) {
+            return Err(format!(
+                "{describe}: the endpoint does not serve `{model}`; it lists {}",
+                models.join(", ")
+            ));
+        }
+        Ok(OpenAiEndpoint { client, describe })
+    }
+}
+
+impl ChatEndpoint for OpenAiEndpoint {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn reply(&self, request: &EndpointRequest<'_>) -> Result<EndpointReply, EndpointFailure> {
+        let mut body = serde_json::json!({
+            "messages": request.messages.iter().map(message_json).collect::<Vec<_>>(),
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "max_tokens": request.max_tokens,
+            "seed": request.seed,
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request.tools.iter().map(ToolSchema::to_json).collect();
+        }
+        if !request.stop.is_empty() {
+            body["stop"] = serde_json::json!(request.stop);
+        }
+        let reply = self.client.complete(body).map_err(|e| match e {
+            EndpointError::Refused { message, code, .. }
+                if code.as_deref() == Some("context_length_exceeded")
+                    || message.contains("maximum context length") =>
+            {
+                EndpointFailure::ContextFull
+            }
+            other => EndpointFailure::Failed(other.to_string()),
+        })?;
+        let mut calls = Vec::with_capacity(reply.tool_calls.len());
+        for call in reply.tool_calls {
+            let arguments = serde_json::from_str::<serde_json::Value>(&call.function.arguments)
+                .ok()
+                .and_then(|v| v.as_object().cloned());
+            match arguments {
+                Some(arguments) => calls.push((
+                    call.id,
+                    ToolCall {
+                        name: call.function.name,
+                        arguments,
+                    },
+                )),
+                // A call whose arguments are not an object is no call the environment can
+                // take: the reply is read as text instead, and the parser says what is wrong.
+                None => {
+                    return Ok(EndpointReply {
+                        content: format!("{}({})", call.function.name, call.function.arguments),
+                        calls: Vec::new(),
+                        completion_tokens: reply.usage.map_or(0, |u| u.completion_tokens as usize),
+                    });
+                }
+            }
+        }
+        Ok(EndpointReply {
+            content: reply.content.unwrap_or_default(),
+            calls,
+            completion_tokens: reply.usage.map_or(0, |u| u.completion_tokens as usize),
+        })
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        serde_json::to_value(self.client.stats()).unwrap_or_default()
+    }
+}
+
+/// A conversation message as the OpenAI API writes it.
+fn message_json(message: &ChatMessage) -> serde_json::Value {
+    use serde_json::json;
+    match message {
+        ChatMessage::System(text) => json!({"role": "system", "content": text}),
+        ChatMessage::User(text) => json!({"role": "user", "content": text}),
+        ChatMessage::Tool { call_id, content } => {
+            json!({"role": "tool", "tool_call_id": call_id, "content": content})
+        }
+        ChatMessage::Assistant { content, calls } if calls.is_empty() => {
+            json!({"role": "assistant", "content": content})
+        }
+        ChatMessage::Assistant { content, calls } => json!({
+            "role": "assistant",
+            "content": if content.is_empty() { serde_json::Value::Null } else { json!(content) },
+            "tool_calls": calls.iter().map(|(id, call)| json!({
+                "id": id,
+                "type": "function",
+                "function": {
+                    "name": call.name,
+                    "arguments": serde_json::Value::Object(call.arguments.clone()).to_string(),
+                },
+            })).collect::<Vec<_>>(),
+        }),
     }
 }

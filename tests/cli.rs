@@ -1177,6 +1177,53 @@ experiment cli_serve {
     assert!(status.contains("400"), "{status} {body}");
     assert!(body.contains("context_length_exceeded"), "{body}");
 
+    // The run's own greedy evaluation, played again through the endpoint, episode by episode.
+    let evaluated = agentry_with(
+        &[
+            "eval",
+            file.to_str().unwrap(),
+            "--endpoint",
+            &format!("http://127.0.0.1:{port}/v1"),
+            "--model",
+            "tiny",
+            "--api-key-env",
+            "TINY_KEY",
+            "--out",
+            root.join("endpoint-runs").to_str().unwrap(),
+            "--quiet",
+        ],
+        &[("TINY_KEY", "serve-secret")],
+    )
+    .output()
+    .unwrap();
+    assert_success(&evaluated);
+    let endpoint_dir = common::run_dir_of(&root.join("endpoint-runs"), "cli_serve");
+    let episodes = |dir: &std::path::Path| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(dir.join("episodes/final.jsonl")).unwrap();
+        text.lines()
+            .map(|line| {
+                let e: serde_json::Value = serde_json::from_str(line).unwrap();
+                let turns: Vec<_> = e["turns"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| {
+                        serde_json::json!([t["reply"], t["observation"], t["reward"], t["status"]])
+                    })
+                    .collect();
+                serde_json::json!([e["task"], e["index"], turns, e["success"], e["status"]])
+            })
+            .collect()
+    };
+    let (own, through) = (episodes(&run_dir), episodes(&endpoint_dir));
+    assert_eq!(own.len(), 2);
+    assert_eq!(through, own, "the endpoint evaluation plays the run's own episodes");
+    let summary = common::json(&endpoint_dir.join("summary.json"));
+    assert_eq!(summary["after_rl"], common::json(&run_dir.join("summary.json"))["after_rl"]);
+    assert!(endpoint_dir.join("report.md").is_file());
+    let requests = common::json(&endpoint_dir.join("endpoint.json"));
+    assert_eq!(requests["requests"]["failed"], 0, "{requests}");
+
     match std::env::var("OPENAI_PYTHON") {
         Ok(python) => {
             let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/openai_client.py");

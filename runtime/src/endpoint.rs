@@ -172,7 +172,8 @@ pub fn evaluate_endpoint(
                 top_p: if greedy { 1.0 } else { sampling.top_p },
                 max_tokens: sampling.max_new_tokens,
                 stop: &train.stop,
-                seed: spec.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                // OpenAI's seed is a signed 64-bit integer.
+                seed: (spec.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 1,
             })
         };
         let played = play_all(&specs, settings, |i, spec| {
@@ -185,7 +186,15 @@ pub fn evaluate_endpoint(
             Decoding::Greedy => EvalPoint::Final.name().to_string(),
             Decoding::Sampled => format!("{}-sampled", EvalPoint::Final.name()),
         };
-        write_episodes(&run_dir, &spec, &task_versions, &played, &label, &sampling, decoding)?;
+        write_episodes(
+            &run_dir,
+            &spec,
+            &task_versions,
+            &played,
+            &label,
+            &sampling,
+            decoding,
+        )?;
         let episodes: Vec<Episode> = played.into_iter().map(|p| p.episode).collect();
         let evaluation = evaluation_of(&task_names, &episodes);
         run_dir.record(&evaluation.record(0, EvalPoint::Final, decoding))?;
@@ -211,7 +220,9 @@ pub fn evaluate_endpoint(
         cpu_threads: crate::device::cpu_threads(),
         after_warmup: None,
         after_warmup_sampled: None,
-        after_rl: evaluations.next().expect("every eval.decoding has a decoding"),
+        after_rl: evaluations
+            .next()
+            .expect("every eval.decoding has a decoding"),
         after_rl_sampled: evaluations.next(),
         steps: 0,
         skipped_steps: 0,
