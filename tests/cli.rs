@@ -1111,11 +1111,14 @@ fn serve_answers_openai_clients_with_a_trained_run() {
 experiment cli_serve {
     seed = 5
     device = flex
-    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 256 } }
-    task kg { env = kg, max_turns = 2, difficulty = 1 }
+    model policy { arch = transformer { layers = 1, d_model = 32, heads = 2, ffn = 64, context = 256 } }
+    task kg { env = kg, max_turns = 3, difficulty = 1 }
     algorithm grpo { group_size = 2 }
-    train { steps = 1, batch = 4, max_new_tokens = 8 }
-    eval { episodes = 2 }
+    train {
+        steps = 1, batch = 4, max_new_tokens = 16
+        warmup = sft { steps = 150, lr = 1e-2, demonstrations = 32, batch = 8 }
+    }
+    eval { episodes = 4 }
 }
 "#,
     )
@@ -1216,13 +1219,33 @@ experiment cli_serve {
             .collect()
     };
     let (own, through) = (episodes(&run_dir), episodes(&endpoint_dir));
-    assert_eq!(own.len(), 2);
-    assert_eq!(through, own, "the endpoint evaluation plays the run's own episodes");
+    assert_eq!(own.len(), 4);
+    assert_eq!(
+        through, own,
+        "the endpoint evaluation plays the run's own episodes"
+    );
     let summary = common::json(&endpoint_dir.join("summary.json"));
-    assert_eq!(summary["after_rl"], common::json(&run_dir.join("summary.json"))["after_rl"]);
+    assert_eq!(
+        summary["after_rl"],
+        common::json(&run_dir.join("summary.json"))["after_rl"]
+    );
     assert!(endpoint_dir.join("report.md").is_file());
     let requests = common::json(&endpoint_dir.join("endpoint.json"));
     assert_eq!(requests["requests"]["failed"], 0, "{requests}");
+    assert_eq!(requests["call_format"], "compact");
+    // Its episodes replay: the recorded replies, stepped again, answer as recorded.
+    for line in 1..=4 {
+        let episode = format!("{}:{line}", endpoint_dir.join("episodes/final.jsonl").display());
+        let replay = agentry(&["replay", &episode]);
+        let stdout = assert_success(&replay);
+        assert!(stdout.ends_with("verdict: identical\n"), "{stdout}");
+        assert!(stdout.contains("no weights to check"), "{stdout}");
+    }
+    // An endpoint's run has no weights: exporting or serving it says so.
+    let export = agentry(&["export", endpoint_dir.to_str().unwrap(), "--merged", "/nonexistent"]);
+    assert_eq!(export.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&export.stderr);
+    assert!(stderr.contains("evaluated a model behind an endpoint"), "{stderr}");
 
     match std::env::var("OPENAI_PYTHON") {
         Ok(python) => {

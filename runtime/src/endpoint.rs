@@ -24,11 +24,24 @@ use crate::error::RunError;
 use crate::experiment::Experiment;
 use crate::metrics::{EvalPoint, Progress, RunConfig, RunDir};
 use crate::model::Sampling;
+use crate::replay::{Replay, ReplayError, outcome_difference, step_difference};
 use crate::rollout::{Episode, EpisodeSpec, Turn, failed, finish, unparsed};
 use crate::serving::ChatMessage;
 use crate::spec::{self, Decoding};
 use crate::train::{RunOptions, RunSummary, eval_specs, evaluation_of, split_name};
 use crate::trajectory::{self, Trajectory};
+
+/// The file of an endpoint evaluation's run directory that says which endpoint it played, how
+/// replies were read, and the requests' counts: its presence marks such a run.
+pub const FILE: &str = "endpoint.json";
+
+/// A call form's name in [`FILE`].
+fn format_name(format: ToolCallFormat) -> &'static str {
+    match format {
+        ToolCallFormat::Compact => "compact",
+        ToolCallFormat::Hermes => "hermes",
+    }
+}
 
 /// A model behind a chat endpoint.
 pub trait ChatEndpoint: Sync {
@@ -210,8 +223,12 @@ pub fn evaluate_endpoint(
         evaluations.push(evaluation);
     }
     run_dir.write_json(
-        "endpoint.json",
-        &serde_json::json!({"endpoint": endpoint.describe(), "requests": endpoint.stats()}),
+        FILE,
+        &serde_json::json!({
+            "endpoint": endpoint.describe(),
+            "call_format": format_name(settings.call_format),
+            "requests": endpoint.stats(),
+        }),
     )?;
     let mut evaluations = evaluations.into_iter();
     let summary = RunSummary {
@@ -465,4 +482,96 @@ fn render(task: &str, p: &Played) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Replays a recorded episode of an endpoint evaluation: the recorded replies, read in the
+/// run's call form, stepped in a fresh instance, and every answer compared with the record.
+/// There are no weights to check: the model was the endpoint's.
+pub(crate) fn replay(
+    run_dir: &std::path::Path,
+    recorded: &Trajectory,
+    generator: Box<dyn agentry_env::TaskGenerator>,
+    header: String,
+) -> Result<Replay, ReplayError> {
+    let path = run_dir.join(FILE);
+    let fail = |reason: String| ReplayError::RunFile {
+        path: path.clone(),
+        reason,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| fail(e.to_string()))?;
+    let file: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| fail(format!("unreadable: {e}")))?;
+    let call_format = match file.get("call_format").and_then(serde_json::Value::as_str) {
+        Some("compact") => ToolCallFormat::Compact,
+        Some("hermes") => ToolCallFormat::Hermes,
+        other => {
+            return Err(fail(format!(
+                "`call_format` is {other:?}, not compact or hermes"
+            )));
+        }
+    };
+    let controller = Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?;
+    let spec = EpisodeSpec {
+        task: 0,
+        split: recorded.split,
+        difficulty: recorded.difficulty,
+        index: recorded.index,
+        max_turns: recorded.max_turns,
+        group: 0,
+    };
+    let env = generator.instance(recorded.split, recorded.difficulty, recorded.index);
+    let next = AtomicUsize::new(0);
+    let played = play(&controller, env, spec, call_format, |_, _| {
+        match recorded.turns.get(next.fetch_add(1, Ordering::Relaxed)) {
+            // An endpoint's failure was recorded as a turn without a reply: it fails again.
+            Some(turn) if turn.status == Status::TaskError && turn.reply.is_empty() => {
+                Err(EndpointFailure::Failed(
+                    turn.observation
+                        .trim_start_matches("Error: the endpoint failed: ")
+                        .to_string(),
+                ))
+            }
+            Some(turn) => Ok(EndpointReply {
+                content: turn.reply.clone(),
+                calls: Vec::new(),
+                completion_tokens: 0,
+            }),
+            None => Err(EndpointFailure::Failed(
+                "the recording ends here".to_string(),
+            )),
+        }
+    });
+    let mut mismatch = None;
+    for (k, (turn, replayed)) in recorded.turns.iter().zip(&played.episode.turns).enumerate() {
+        if let Some(difference) = step_difference(turn, &replayed.step) {
+            mismatch = Some(format!("turn {}: {difference}", k + 1));
+            break;
+        }
+    }
+    let turns = played.episode.turns.len();
+    if mismatch.is_none() && turns != recorded.turns.len() {
+        mismatch = Some(format!(
+            "the replayed episode took {turns} turns, {} were recorded",
+            recorded.turns.len()
+        ));
+    }
+    if mismatch.is_none() {
+        mismatch = outcome_difference(recorded, &played.episode, false);
+    }
+    let checks = vec![match &mismatch {
+        Some(_) => "environment: differs (an endpoint's run has no weights to check)".to_string(),
+        None => format!(
+            "environment: {} turns, every observation, reward and status identical; success {} \
+             and status {:?} as recorded (an endpoint's run has no weights to check)",
+            recorded.turns.len(),
+            recorded.success,
+            recorded.status
+        ),
+    }];
+    Ok(Replay {
+        header,
+        transcript: render(&recorded.task, &played),
+        checks,
+        mismatch,
+    })
 }

@@ -70,13 +70,13 @@ pub fn export(
             // The base's shape as its files declare it (the weights are loaded already).
             let config = match &run.spec.model.arch {
                 Arch::Transformer(arch) => HfConfig::llama_of(
-                    &PolicyConfig::from_arch(arch, run.tokenizer.vocab_size()),
+                    &PolicyConfig::from_arch(arch, run.tokenizer()?.vocab_size()),
                     policy.norm.epsilon,
                 ),
                 pretrained => pretrained_config(pretrained)
                     .map_err(|e| ReplayError::from(RunError::from(e)))?,
             };
-            save_hf(&policy.merged(), &config, &run.tokenizer, out).map_err(io)
+            save_hf(&policy.merged(), &config, run.tokenizer()?, out).map_err(io)
         }
     }
 }
@@ -88,6 +88,8 @@ pub(crate) fn trained_policy(
     step: Option<u64>,
 ) -> Result<(RunFiles, Policy<Flex>), ExportError> {
     let run = RunFiles::read(run_dir)?;
+    // An endpoint evaluation's run has no policy to load: say so before looking for weights.
+    run.tokenizer()?;
     let version = step.or(run.final_version).ok_or_else(|| {
         ExportError::NoWeights(format!(
             "{} has no final weights (the run did not finish): name a checkpoint's step with \
@@ -102,8 +104,11 @@ pub(crate) fn trained_policy(
             run_dir.display()
         ))
     })?;
-    let policy =
-        weights.load::<Flex>(&run.spec, run.tokenizer.vocab_size(), &Default::default())?;
+    let policy = weights.load::<Flex>(
+        &run.spec,
+        run.tokenizer()?.vocab_size(),
+        &Default::default(),
+    )?;
     Ok((run, policy))
 }
 

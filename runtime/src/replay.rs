@@ -199,8 +199,6 @@ pub fn replay(
     let recorded = target.read()?;
     let run = RunFiles::read(&target.run_dir()?)?;
     let generator = run.generator(&recorded, remote)?;
-    let chat = ChatFormat::new(run.tokenizer.clone());
-
     let header = format!(
         "replaying {} {} instance {} difficulty {} ({} evaluation, policy version {}, {}) from \
          {}:{}",
@@ -218,6 +216,10 @@ pub fn replay(
         target.file.display(),
         target.line
     );
+    if run.tokenizer.is_none() {
+        return crate::endpoint::replay(&run.dir, &recorded, generator, header);
+    }
+    let chat = ChatFormat::new(run.tokenizer()?.clone());
     let mut checks = Vec::new();
     let played = play_recorded(&recorded, generator, &chat)?;
     let transcript = render(&recorded.task, &played.episode, chat.tokenizer());
@@ -279,7 +281,8 @@ pub(crate) struct RunFiles {
     dir: PathBuf,
     pub(crate) spec: spec::Experiment,
     task_versions: BTreeMap<String, String>,
-    pub(crate) tokenizer: Tokenizer,
+    /// The policy's tokenizer; an endpoint evaluation's run ([`crate::endpoint`]) has none.
+    tokenizer: Option<Tokenizer>,
     /// The RL steps of the finished run (`summary.json`): `policy.mpk` holds that version.
     pub(crate) final_version: Option<u64>,
 }
@@ -297,10 +300,14 @@ impl RunFiles {
         let spec: spec::Experiment = json(&dir.join("experiment.json"))?;
         let task_versions = json(&dir.join("task_versions.json"))?;
         let path = dir.join("tokenizer.json");
-        let tokenizer = Tokenizer::load(&path).map_err(|e| ReplayError::RunFile {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let tokenizer = if dir.join(crate::endpoint::FILE).is_file() && !path.exists() {
+            None
+        } else {
+            Some(Tokenizer::load(&path).map_err(|e| ReplayError::RunFile {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?)
+        };
         let final_version = match dir.join("summary.json") {
             summary if summary.is_file() => json::<serde_json::Value>(&summary)?
                 .get("steps")
@@ -313,6 +320,19 @@ impl RunFiles {
             task_versions,
             tokenizer,
             final_version,
+        })
+    }
+
+    /// The policy's tokenizer.
+    ///
+    /// # Errors
+    /// For the run of an endpoint evaluation, which played no policy of its own.
+    pub(crate) fn tokenizer(&self) -> Result<&Tokenizer, ReplayError> {
+        self.tokenizer.as_ref().ok_or_else(|| ReplayError::RunFile {
+            path: self.dir.join(crate::endpoint::FILE),
+            reason: "the run evaluated a model behind an endpoint: it has no weights or \
+                     tokenizer of its own"
+                .to_string(),
         })
     }
 
@@ -545,7 +565,7 @@ fn play_recorded(
 }
 
 /// How a replayed step differs from the recorded turn, if it does.
-fn step_difference(turn: &trajectory::Turn, step: &Step) -> Option<String> {
+pub(crate) fn step_difference(turn: &trajectory::Turn, step: &Step) -> Option<String> {
     if step.observation != turn.observation {
         Some(format!(
             "observation differs:\n  recorded: {:?}\n  replayed: {:?}",
@@ -567,7 +587,11 @@ fn step_difference(turn: &trajectory::Turn, step: &Step) -> Option<String> {
 }
 
 /// How the replayed episode's end differs from the recorded one, if it does.
-fn outcome_difference(recorded: &Trajectory, episode: &Episode, running: bool) -> Option<String> {
+pub(crate) fn outcome_difference(
+    recorded: &Trajectory,
+    episode: &Episode,
+    running: bool,
+) -> Option<String> {
     if running {
         Some(format!(
             "the replayed episode goes on after the {} recorded turns",

@@ -84,7 +84,7 @@ pub fn load_served(path: &std::path::Path, step: Option<u64>) -> Result<Served, 
         };
         return Ok(Served {
             policy,
-            chat: ChatFormat::new(run.tokenizer),
+            chat: ChatFormat::new(run.tokenizer().map_err(ExportError::from)?.clone()),
             name,
         });
     }
