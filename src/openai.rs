@@ -255,6 +255,10 @@ impl OpenAiEndpoint {
 }
 
 impl ChatEndpoint for OpenAiEndpoint {
+    fn model(&self) -> String {
+        self.client.config().model.clone()
+    }
+
     fn describe(&self) -> String {
         self.describe.clone()
     }

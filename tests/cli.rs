@@ -1192,7 +1192,7 @@ experiment cli_serve {
             "--api-key-env",
             "TINY_KEY",
             "--out",
-            root.join("endpoint-runs").to_str().unwrap(),
+            out.to_str().unwrap(),
             "--quiet",
         ],
         &[("TINY_KEY", "serve-secret")],
@@ -1200,7 +1200,7 @@ experiment cli_serve {
     .output()
     .unwrap();
     assert_success(&evaluated);
-    let endpoint_dir = common::run_dir_of(&root.join("endpoint-runs"), "cli_serve");
+    let endpoint_dir = common::run_dir_of(&out.join("cli_serve"), "endpoint.tiny");
     let episodes = |dir: &std::path::Path| -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(dir.join("episodes/final.jsonl")).unwrap();
         text.lines()
@@ -1233,19 +1233,41 @@ experiment cli_serve {
     let requests = common::json(&endpoint_dir.join("endpoint.json"));
     assert_eq!(requests["requests"]["failed"], 0, "{requests}");
     assert_eq!(requests["call_format"], "compact");
+    // `agentry compare` puts it beside the run it served.
+    let compare = agentry(&[
+        "compare",
+        run_dir.to_str().unwrap(),
+        endpoint_dir.to_str().unwrap(),
+    ]);
+    let table = assert_success(&compare);
+    assert!(
+        table.contains("| base ") && table.contains("| endpoint.tiny "),
+        "{table}"
+    );
     // Its episodes replay: the recorded replies, stepped again, answer as recorded.
     for line in 1..=4 {
-        let episode = format!("{}:{line}", endpoint_dir.join("episodes/final.jsonl").display());
+        let episode = format!(
+            "{}:{line}",
+            endpoint_dir.join("episodes/final.jsonl").display()
+        );
         let replay = agentry(&["replay", &episode]);
         let stdout = assert_success(&replay);
         assert!(stdout.ends_with("verdict: identical\n"), "{stdout}");
         assert!(stdout.contains("no weights to check"), "{stdout}");
     }
     // An endpoint's run has no weights: exporting or serving it says so.
-    let export = agentry(&["export", endpoint_dir.to_str().unwrap(), "--merged", "/nonexistent"]);
+    let export = agentry(&[
+        "export",
+        endpoint_dir.to_str().unwrap(),
+        "--merged",
+        "/nonexistent",
+    ]);
     assert_eq!(export.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&export.stderr);
-    assert!(stderr.contains("evaluated a model behind an endpoint"), "{stderr}");
+    assert!(
+        stderr.contains("evaluated a model behind an endpoint"),
+        "{stderr}"
+    );
 
     match std::env::var("OPENAI_PYTHON") {
         Ok(python) => {

@@ -1,7 +1,8 @@
 //! Evaluating a model behind a chat endpoint (`agentry eval --endpoint`): an experiment's
 //! evaluation episodes played by any model that speaks the OpenAI chat API, written as the
 //! same run directory an Agentry evaluation writes (metrics, report, intervals, replayable
-//! episodes), so `agentry compare` puts it beside trained runs.
+//! episodes) as the experiment's configuration `endpoint.MODEL`, so `agentry compare` puts it
+//! beside trained runs.
 //!
 //! Each episode is a conversation: the instruction as the user message, the tasks' tools as
 //! `tools`, each reply's call executed by the environment and answered as a tool message (an
@@ -45,6 +46,9 @@ fn format_name(format: ToolCallFormat) -> &'static str {
 
 /// A model behind a chat endpoint.
 pub trait ChatEndpoint: Sync {
+    /// The model's name, for the run's configuration label (`endpoint.MODEL`).
+    fn model(&self) -> String;
+
     /// What it is, for the run directory and the progress lines (`MODEL at URL`).
     fn describe(&self) -> String;
 
@@ -154,7 +158,9 @@ pub fn evaluate_endpoint(
         &options.out,
         &RunConfig {
             experiment: spec.name.clone(),
-            config: spec::Sweep::base_label().to_string(),
+            // Its own configuration, so `agentry compare` puts it beside the experiment's runs
+            // (a `/` in a model's name would nest folders).
+            config: format!("endpoint.{}", endpoint.model().replace(['/', '\\'], "-")),
             seed: spec.seed,
         },
     )?;

@@ -35,6 +35,10 @@ struct Scripted {
 }
 
 impl ChatEndpoint for Scripted {
+    fn model(&self) -> String {
+        "org/scripted".to_string()
+    }
+
     fn describe(&self) -> String {
         "scripted".to_string()
     }
@@ -62,7 +66,9 @@ impl ChatEndpoint for Scripted {
 /// The episodes of the run directory's `episodes/final.jsonl`.
 fn episodes(run_dir: &std::path::Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(run_dir.join("episodes/final.jsonl")).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn evaluate(name: &str, script: Script) -> (std::path::PathBuf, usize) {
@@ -80,9 +86,13 @@ fn evaluate(name: &str, script: Script) -> (std::path::PathBuf, usize) {
         call_format: ToolCallFormat::Compact,
         concurrency: 3,
     };
-    let summary =
-        evaluate_endpoint(&common::experiment(TWO_TASKS), &options, &endpoint, &settings)
-            .expect("the evaluation runs");
+    let summary = evaluate_endpoint(
+        &common::experiment(TWO_TASKS),
+        &options,
+        &endpoint,
+        &settings,
+    )
+    .expect("the evaluation runs");
     (summary.run_dir, endpoint.requests.load(Ordering::Relaxed))
 }
 
@@ -104,7 +114,10 @@ fn replies_that_are_no_call_get_the_parsers_error() {
         for turn in e["turns"].as_array().unwrap() {
             assert_eq!(turn["reply"], "I would rather chat.");
             assert_eq!(turn["status"], "invalid_action");
-            assert!(turn["observation"].as_str().unwrap().starts_with("Error:"), "{turn}");
+            assert!(
+                turn["observation"].as_str().unwrap().starts_with("Error:"),
+                "{turn}"
+            );
         }
     }
     let summary = common::json(&run_dir.join("summary.json"));
@@ -117,6 +130,14 @@ fn replies_that_are_no_call_get_the_parsers_error() {
     assert_eq!(endpoint["call_format"], "compact");
     let evals = common::eval_lines(&run_dir);
     assert_eq!(evals.len(), 1);
+    let config = common::json(&run_dir.join("config.json"));
+    assert_eq!(config["config"], "endpoint.org-scripted");
+    assert!(
+        run_dir
+            .parent()
+            .unwrap()
+            .ends_with("scripted_endpoint/endpoint.org-scripted")
+    );
 }
 
 /// An endpoint that fails (after its client's retries) ends each episode at that turn with
