@@ -528,26 +528,41 @@ impl Worker {
         let mut batch = ContinuousBatch::<B, (u64, usize), ChaCha8Rng>::new(policy);
         let mut live: HashMap<u64, Live> = HashMap::new();
         let mut next_id = 0u64;
-        let mut waiting: VecDeque<Admitted> = VecDeque::new();
+        // The job taken from the queue that the batch had no room for yet. Jobs are taken only
+        // when there is room, so the queue's bound is what holds the waiting ones (and what
+        // answers `Busy`).
+        let mut waiting: Option<Admitted> = None;
         loop {
-            // Wait for work when idle; otherwise take what has arrived.
-            if batch.is_empty() && waiting.is_empty() {
+            // Wait for work when idle.
+            if batch.is_empty() && waiting.is_none() {
                 match queue.recv() {
-                    Ok(job) => waiting.push_back(job),
+                    Ok(job) => waiting = Some(job),
                     Err(_) => return,
                 }
             }
-            while let Ok(job) = queue.try_recv() {
-                waiting.push_back(job);
-            }
             let mut requests = Vec::new();
-            while let Some(next) = waiting.front() {
-                if batch.len() + requests.len() + next.job.n > self.options.max_batch.max(1)
-                    && !(batch.is_empty() && requests.is_empty())
-                {
+            loop {
+                let room = self
+                    .options
+                    .max_batch
+                    .max(1)
+                    .saturating_sub(batch.len() + requests.len());
+                if room == 0 {
                     break;
                 }
-                let Admitted { prompt, job, sink } = waiting.pop_front().expect("a front");
+                let next = match waiting.take() {
+                    Some(job) => job,
+                    None => match queue.try_recv() {
+                        Ok(job) => job,
+                        Err(_) => break,
+                    },
+                };
+                // A job larger than the whole batch goes alone.
+                if next.job.n > room && !(batch.is_empty() && requests.is_empty()) {
+                    waiting = Some(next);
+                    break;
+                }
+                let Admitted { prompt, job, sink } = next;
                 let id = next_id;
                 next_id += 1;
                 for index in 0..job.n {

@@ -375,3 +375,48 @@ fn abandoned_jobs_are_dropped() {
     // The abandoned job sent nothing after its sink said no one listens.
     assert!(rx.try_iter().count() <= 1);
 }
+
+/// Jobs wait in a bounded queue while the batch is full (the engine takes none it has no room
+/// for); one more is refused as busy, and the waiting ones are answered once there is room.
+#[test]
+fn a_full_queue_refuses_jobs() {
+    let (engine, _, _) = engine(EngineOptions {
+        max_batch: 1,
+        queue: 1,
+        ..EngineOptions::default()
+    });
+    // The first job holds the engine thread in its sink at its first two events, until
+    // released each time.
+    let (at, reached) = channel::<usize>();
+    let (release, held) = channel::<()>();
+    let mut calls = 0;
+    engine
+        .submit(
+            ChatJob {
+                max_tokens: Some(20),
+                ..job("How many neighbors does #1 have?")
+            },
+            Box::new(move |_| {
+                calls += 1;
+                if calls <= 2 {
+                    let _ = at.send(calls);
+                    let _ = held.recv();
+                }
+                true
+            }),
+        )
+        .unwrap();
+    let wait = |k: usize| assert_eq!(reached.recv_timeout(Duration::from_secs(30)), Ok(k));
+    wait(1);
+    let queued = submit(&engine, job("How many neighbors does #2 have?"));
+    release.send(()).unwrap();
+    // A later step of the first job: the engine has been round its loop with the second job
+    // queued and no room for it.
+    wait(2);
+    let refused = engine.submit(job("How many neighbors does #3 have?"), Box::new(|_| true));
+    assert_eq!(refused, Err(Refused::Busy));
+    release.send(()).unwrap();
+    assert_eq!(answer(queued, 1).replies.len(), 1);
+    let again = submit(&engine, job("How many neighbors does #3 have?"));
+    assert_eq!(answer(again, 1).replies.len(), 1, "room again");
+}
