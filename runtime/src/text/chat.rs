@@ -421,11 +421,18 @@ impl ChatFormat {
 
     /// [`ChatFormat::begin`] with a caller's system text (a served conversation's system
     /// message) before the tools' text in the system message, separated by a blank line.
+    ///
+    /// Without tools (a served chat that declares none) the system message is the caller's
+    /// text alone: there is nothing to instruct about calls.
     pub fn begin_with_system(&self, system: Option<&str>, reset: &Reset) -> Transcript {
-        let with_caller = |tools_text: String| match system {
-            Some(s) if tools_text.is_empty() => s.to_string(),
-            Some(s) => format!("{s}\n\n{tools_text}"),
-            None => tools_text,
+        let no_tools = reset.tools.is_empty();
+        let with_caller = |tools_text: String| {
+            let tools_text = if no_tools { String::new() } else { tools_text };
+            match system {
+                Some(s) if tools_text.is_empty() => s.to_string(),
+                Some(s) => format!("{s}\n\n{tools_text}"),
+                None => tools_text,
+            }
         };
         let mut t = Transcript::default();
         if let Some(template) = &self.tools_template {
