@@ -625,11 +625,9 @@ fn evaluate_endpoint(args: EndpointArgs) -> Result<(), String> {
         },
         concurrency: args.concurrency as usize,
     };
-    let summary =
-        agentry::endpoint::evaluate_endpoint(&Interpreted(spec), &options, &endpoint, &settings)
-            .map_err(|e| format!("error: {e}"))?;
-    println!("{}", summary.run_dir.display());
-    Ok(())
+    agentry::endpoint::evaluate_endpoint(&Interpreted(spec), &options, &endpoint, &settings)
+        .map(drop)
+        .map_err(|e| format!("error: {e}"))
 }
 
 /// A call form, for `agentry eval --call-format`.
@@ -672,6 +670,39 @@ mod tests {
         match Cli::try_parse_from(std::iter::once("agentry").chain(args.iter().copied())) {
             Ok(cli) => cli.command,
             Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// `agentry eval` without a file plays the five built-in tasks, with the recipe's turn
+    /// budgets.
+    #[test]
+    fn the_default_endpoint_evaluation_is_the_five_tasks() {
+        let spec = agentry::dsl::check(FIVE_TASKS).expect("the built-in experiment checks");
+        let tasks: Vec<(&str, u32)> = spec
+            .tasks
+            .iter()
+            .map(|t| (t.name.as_str(), t.max_turns))
+            .collect();
+        assert_eq!(
+            tasks,
+            [
+                ("os", 6),
+                ("db", 6),
+                ("kg", 6),
+                ("webshop", 6),
+                ("alfworld", 8)
+            ]
+        );
+        assert_eq!(spec.eval.episodes, 32);
+        assert_eq!(spec.train.max_new_tokens, 256);
+        match parse(&["eval", "--endpoint", "http://h/v1", "--model", "m"]) {
+            Command::Eval {
+                file, call_format, ..
+            } => {
+                assert_eq!(file, None);
+                assert_eq!(call_format, CallFormatArg::Compact);
+            }
+            _ => unreachable!(),
         }
     }
 
