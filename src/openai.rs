@@ -87,19 +87,25 @@ impl ChatModel for EngineModel {
 
 /// The engine's job for a checked request.
 fn job(request: ChatRequest) -> Result<ChatJob, Invalid> {
-    let unsupported = |message: &str| Invalid {
-        message: message.to_string(),
-        param: Some("tool_choice".to_string()),
-        code: Some("unsupported_parameter"),
-    };
-    let tools = match request.tool_choice {
-        ToolChoice::None => Vec::new(),
-        ToolChoice::Auto => request.tools,
-        ToolChoice::Required | ToolChoice::Function(_) => {
-            return Err(unsupported(
-                "this server cannot force a tool call (it does not constrain decoding); use \
-                 `auto`, with which the policy calls tools as it was trained to",
-            ));
+    // A named function is forced by starting the reply with its call's beginning; `required`
+    // can be forced so only when one tool is declared (decoding is not constrained otherwise).
+    let (tools, forced_call) = match request.tool_choice {
+        ToolChoice::None => (Vec::new(), None),
+        ToolChoice::Auto => (request.tools, None),
+        ToolChoice::Function(name) => (request.tools, Some(name)),
+        ToolChoice::Required if request.tools.len() == 1 => {
+            let name = request.tools[0].name.clone();
+            (request.tools, Some(name))
+        }
+        ToolChoice::Required => {
+            return Err(Invalid {
+                message: "`required` with several tools needs constrained decoding, which this \
+                          server does not do; name the function, or use `auto`, with which the \
+                          policy calls tools as it was trained to"
+                    .to_string(),
+                param: Some("tool_choice".to_string()),
+                code: Some("unsupported_parameter"),
+            });
         }
     };
     let mut messages = Vec::with_capacity(request.messages.len());
@@ -152,6 +158,7 @@ fn job(request: ChatRequest) -> Result<ChatJob, Invalid> {
         seed: request.seed,
         n: request.n,
         top_logprobs: request.logprobs,
+        forced_call,
     })
 }
 

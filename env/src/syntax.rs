@@ -216,6 +216,18 @@ impl ToolCallFormat {
         }
     }
 
+    /// How a call of `name` starts in this form, up to where its arguments begin: a reply
+    /// begun with it can only be a call of `name` (how a server forces a named function).
+    pub fn call_prefix(self, name: &str) -> String {
+        match self {
+            ToolCallFormat::Compact => format!("{name}("),
+            ToolCallFormat::Hermes => format!(
+                "<tool_call>\n{{\"name\": {}, \"arguments\": ",
+                serde_json::Value::String(name.to_string())
+            ),
+        }
+    }
+
     /// Writes a call as a policy of this format should (oracle demonstrations).
     pub fn render(self, call: &ToolCall) -> String {
         match self {
@@ -428,6 +440,19 @@ mod tests {
         let text = "I will count.\n<tool_call>{\"name\":\"count\",\"arguments\":\"{\\\"variable\\\": \\\"#0 é\\\", \\\"n\\\": 3}\"}</tool_call> done";
         assert_eq!(hermes.parse(text).unwrap(), call);
         assert_eq!(ToolCallFormat::Compact.render(&call), render_call(&call));
+    }
+
+    /// A call's rendering starts with its prefix, in both forms.
+    #[test]
+    fn calls_start_with_their_prefix() {
+        let call = ToolCall::new("get_neighbors", [("variable", json!("#0"))]);
+        for format in [ToolCallFormat::Compact, ToolCallFormat::Hermes] {
+            let prefix = format.call_prefix(&call.name);
+            assert!(
+                format.render(&call).starts_with(&prefix),
+                "{format:?}: {prefix}"
+            );
+        }
     }
 
     #[test]

@@ -147,6 +147,10 @@ pub struct ChatJob {
     pub n: usize,
     /// Alternatives to report per token; `None` reports no log-probabilities.
     pub top_logprobs: Option<usize>,
+    /// Force a call of this tool (one of `tools`): each reply starts with the call's beginning
+    /// in the policy's call form ([`agentry_env::ToolCallFormat::call_prefix`]) and the policy writes the
+    /// arguments. They may still not parse, and the reply is then text.
+    pub forced_call: Option<String>,
 }
 
 /// A generated token, for clients that asked for log-probabilities.
@@ -323,7 +327,20 @@ impl Engine {
     /// As [`Engine::submit`].
     pub fn render(&self, job: &ChatJob) -> Result<Vec<u32>, Refused> {
         let memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
-        let transcript = render(&self.chat, &job.messages, &job.tools, &memo)?;
+        let mut transcript = render(&self.chat, &job.messages, &job.tools, &memo)?;
+        if let Some(name) = &job.forced_call {
+            if !job.tools.iter().any(|t| &t.name == name) {
+                return Err(Refused::Invalid {
+                    message: format!("the forced call `{name}` is not among the tools"),
+                    param: Some("tool_choice"),
+                    code: None,
+                });
+            }
+            let prefix = self.chat.call_format().call_prefix(name);
+            transcript
+                .tokens
+                .extend(self.chat.tokenizer().encode(&prefix));
+        }
         let len = transcript.tokens.len();
         if len >= self.context {
             return Err(Refused::Invalid {
@@ -505,6 +522,9 @@ struct Worker {
 /// A job under way.
 struct Live {
     job: ChatJob,
+    /// The forced call's beginning, which every reply starts with (empty when none), as text
+    /// and as the tokens that end the prompt.
+    prefix: (String, Vec<u32>),
     sink: Sink,
     prompt_tokens: usize,
     /// Per reply: its tokens, the text already sent, and the tokens not yet reported.
@@ -581,6 +601,7 @@ impl Worker {
                         replies: (0..job.n).map(|_| Reply::default()).collect(),
                         open: job.n,
                         prompt_tokens: prompt.len(),
+                        prefix: self.prefix(&job),
                         generated: 0,
                         listening: true,
                         job,
@@ -613,6 +634,18 @@ impl Worker {
                     true
                 }
             });
+        }
+    }
+
+    /// The beginning of `job`'s forced call, as text and tokens (empty when none).
+    fn prefix(&self, job: &ChatJob) -> (String, Vec<u32>) {
+        match &job.forced_call {
+            Some(name) => {
+                let text = self.chat.call_format().call_prefix(name);
+                let tokens = self.chat.tokenizer().encode(&text);
+                (text, tokens)
+            }
+            None => (String::new(), Vec::new()),
         }
     }
 
@@ -705,7 +738,8 @@ impl Worker {
             (None, Some(End::Length)) => Some(Finish::Length),
             (None, None) => None,
         };
-        let text = &text[..stop_at.unwrap_or(text.len())];
+        let text = format!("{}{}", job.prefix.0, &text[..stop_at.unwrap_or(text.len())]);
+        let text = text.as_str();
         let tools_shown = !job.job.tools.is_empty();
         let Some(mut finish) = finish else {
             // Hold back what may yet turn into a stop text or (with tools shown) a call.
@@ -739,7 +773,8 @@ impl Worker {
             String::new()
         };
         // Remember the reply's tokens (as the client will send it back), end token included.
-        let mut tokens = reply.tokens.clone();
+        let mut tokens = job.prefix.1.clone();
+        tokens.extend_from_slice(&reply.tokens);
         if tokens.last() != Some(&self.chat.end_token()) {
             tokens.push(self.chat.end_token());
         }

@@ -67,6 +67,7 @@ fn job(question: &str) -> ChatJob {
         seed: None,
         n: 1,
         top_logprobs: None,
+        forced_call: None,
     }
 }
 
@@ -419,4 +420,72 @@ fn a_full_queue_refuses_jobs() {
     assert_eq!(answer(queued, 1).replies.len(), 1);
     let again = submit(&engine, job("How many neighbors does #3 have?"));
     assert_eq!(answer(again, 1).replies.len(), 1, "room again");
+}
+
+/// A forced call: every reply starts with the call's beginning in the policy's call form, so
+/// it reads as a call of that tool whenever the arguments the policy writes parse; a tool that
+/// is not declared cannot be forced.
+#[test]
+fn a_forced_call_starts_every_reply() {
+    let (engine, chat, _) = engine(EngineOptions::default());
+    let forced = ChatJob {
+        tools: common::kg_tools(),
+        forced_call: Some("count".to_string()),
+        temperature: 1.0,
+        seed: Some(1),
+        n: 4,
+        max_tokens: Some(8),
+        ..job("How many neighbors does #0 have?")
+    };
+    let prompt = engine.render(&forced).unwrap();
+    let unforced = engine
+        .render(&ChatJob {
+            forced_call: None,
+            ..forced.clone()
+        })
+        .unwrap();
+    assert_eq!(prompt[..unforced.len()], unforced[..]);
+    assert_eq!(
+        chat.tokenizer().decode(&prompt[unforced.len()..]),
+        "count(",
+        "the prompt ends with the call's beginning"
+    );
+    let (tx, rx) = channel();
+    engine
+        .submit(forced.clone(), Box::new(move |e| tx.send(e).is_ok()))
+        .unwrap();
+    let mut texts = vec![String::new(); 4];
+    let mut calls = vec![Vec::new(); 4];
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)).unwrap() {
+            ChatEvent::Delta { index, text, .. } => texts[index].push_str(&text),
+            ChatEvent::Done {
+                index, calls: c, ..
+            } => calls[index] = c,
+            ChatEvent::Finished { .. } => break,
+        }
+    }
+    for (text, calls) in texts.iter().zip(&calls) {
+        match calls.first() {
+            Some((_, call)) => assert_eq!(call.name, "count"),
+            None => assert!(text.starts_with("count("), "{text:?}"),
+        }
+    }
+    let refused = engine.submit(
+        ChatJob {
+            forced_call: Some("delete_everything".to_string()),
+            ..forced
+        },
+        Box::new(|_| true),
+    );
+    assert!(
+        matches!(
+            refused,
+            Err(Refused::Invalid {
+                param: Some("tool_choice"),
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
 }
