@@ -100,6 +100,21 @@ follow = client.chat.completions.create(
 assert follow.usage.prompt_tokens > tooled.usage.prompt_tokens, (follow.usage, tooled.usage)
 print("tools:", c.finish_reason)
 
+# A named tool_choice forces the call: the reply is that call, or text that begins it.
+forced = ask(QUESTION, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_relations"}})
+f = forced.choices[0]
+if f.finish_reason == "tool_calls":
+    assert f.message.tool_calls[0].function.name == "get_relations", f
+else:
+    assert f.message.content.startswith("get_relations("), f
+try:
+    ask(QUESTION, tools=TOOLS + [dict(TOOLS[0], function=dict(TOOLS[0]["function"], name="other"))],
+        tool_choice="required")
+    raise AssertionError("`required` with two tools was accepted")
+except openai.BadRequestError as e:
+    assert e.body["param"] == "tool_choice", e.body
+print("forced call:", f.finish_reason)
+
 # Log-probabilities: one entry per token, alternatives most likely first, the greedy token first.
 lp = ask(QUESTION, logprobs=True, top_logprobs=3).choices[0].logprobs.content
 assert len(lp) == plain.usage.completion_tokens, lp
