@@ -154,38 +154,7 @@ enum Command {
     /// `tools`, each call is executed by the environment, and the run directory is an
     /// evaluation-only run's (metrics, report, intervals, replayable episodes), for `agentry
     /// compare`. Without FILE: the five built-in tasks, 32 held-out episodes each.
-    Eval {
-        /// The experiment whose tasks, `eval` and decoding settings to use.
-        file: Option<PathBuf>,
-        /// The endpoint's API base, e.g. http://127.0.0.1:8000/v1.
-        #[arg(long)]
-        endpoint: String,
-        /// The model name to request.
-        #[arg(long)]
-        model: String,
-        /// The environment variable holding the API key (sent as a bearer token).
-        #[arg(long, value_name = "VAR")]
-        api_key_env: Option<String>,
-        /// How a reply without `tool_calls` is read as a call: compact (Agentry's form, which
-        /// also reads a bare JSON call) or hermes (`<tool_call>` tags).
-        #[arg(long, value_enum, default_value_t = CallFormatArg::Compact)]
-        call_format: CallFormatArg,
-        /// Episodes played at once (concurrent requests).
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
-        concurrency: u32,
-        /// Seconds one request may take before it is retried.
-        #[arg(long, default_value_t = 120)]
-        timeout: u64,
-        /// Retries of a request that timed out, failed with a 5xx or came back malformed.
-        #[arg(long, default_value_t = 3)]
-        retries: u32,
-        /// Root directory of run directories.
-        #[arg(long, default_value = "runs")]
-        out: PathBuf,
-        /// Hide the progress lines.
-        #[arg(long)]
-        quiet: bool,
-    },
+    Eval(EndpointArgs),
     /// Serve a built-in task's instances as an AgentRL task worker, heartbeating to a
     /// controller. Index `i` is instance `i` of `--split` at `--difficulty`.
     Worker {
@@ -395,29 +364,7 @@ fn main() -> ExitCode {
                 Err(e) => finish(Err(format!("error: {e}"))),
             }
         }
-        Command::Eval {
-            file,
-            endpoint,
-            model,
-            api_key_env,
-            call_format,
-            concurrency,
-            timeout,
-            retries,
-            out,
-            quiet,
-        } => finish(evaluate_endpoint(EndpointArgs {
-            file,
-            endpoint,
-            model,
-            api_key_env,
-            call_format,
-            concurrency,
-            timeout,
-            retries,
-            out,
-            quiet,
-        })),
+        Command::Eval(args) => finish(evaluate_endpoint(args)),
         Command::Serve {
             model,
             step,
@@ -558,16 +505,37 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
 }
 
 /// `agentry eval`'s arguments.
+#[derive(clap::Args)]
 struct EndpointArgs {
+    /// The experiment whose tasks, `eval` and decoding settings to use.
     file: Option<PathBuf>,
+    /// The endpoint's API base, e.g. http://127.0.0.1:8000/v1.
+    #[arg(long)]
     endpoint: String,
+    /// The model name to request.
+    #[arg(long)]
     model: String,
+    /// The environment variable holding the API key (sent as a bearer token).
+    #[arg(long, value_name = "VAR")]
     api_key_env: Option<String>,
+    /// How a reply without `tool_calls` is read as a call: compact (Agentry's form, which
+    /// also reads a bare JSON call) or hermes (`<tool_call>` tags).
+    #[arg(long, value_enum, default_value_t = CallFormatArg::Compact)]
     call_format: CallFormatArg,
+    /// Episodes played at once (concurrent requests).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     concurrency: u32,
+    /// Seconds one request may take before it is retried.
+    #[arg(long, default_value_t = 120)]
     timeout: u64,
+    /// Retries of a request that timed out, failed with a 5xx or came back malformed.
+    #[arg(long, default_value_t = 3)]
     retries: u32,
+    /// Root directory of run directories.
+    #[arg(long, default_value = "runs")]
     out: PathBuf,
+    /// Hide the progress lines.
+    #[arg(long)]
     quiet: bool,
 }
 
@@ -696,11 +664,9 @@ mod tests {
         assert_eq!(spec.eval.episodes, 32);
         assert_eq!(spec.train.max_new_tokens, 256);
         match parse(&["eval", "--endpoint", "http://h/v1", "--model", "m"]) {
-            Command::Eval {
-                file, call_format, ..
-            } => {
-                assert_eq!(file, None);
-                assert_eq!(call_format, CallFormatArg::Compact);
+            Command::Eval(args) => {
+                assert_eq!(args.file, None);
+                assert_eq!(args.call_format, CallFormatArg::Compact);
             }
             _ => unreachable!(),
         }

@@ -251,7 +251,7 @@ impl OpenAiEndpoint {
         let models = client
             .models()
             .map_err(|e| format!("cannot list the models of {describe}: {e}"))?;
-        if !models.iter().any(|m| *m == model) {
+        if !models.contains(&model) {
             return Err(format!(
                 "{describe}: the endpoint does not serve `{model}`; it lists {}",
                 models.join(", ")

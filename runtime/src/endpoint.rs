@@ -517,14 +517,7 @@ pub(crate) fn replay(
         }
     };
     let controller = Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?;
-    let spec = EpisodeSpec {
-        task: 0,
-        split: recorded.split,
-        difficulty: recorded.difficulty,
-        index: recorded.index,
-        max_turns: recorded.max_turns,
-        group: 0,
-    };
+    let spec = recorded.episode_spec();
     let env = generator.instance(recorded.split, recorded.difficulty, recorded.index);
     let next = AtomicUsize::new(0);
     let played = play(&controller, env, spec, call_format, |_, _| {

@@ -38,7 +38,7 @@ use crate::model::Kernels;
 use crate::model::Origin;
 use crate::model::TrainBackend;
 use crate::model::{Generation, Policy, PolicyConfig, Sampling, generate};
-use crate::rollout::{Episode, EpisodeSpec, TurnEnd, failed, finish, start, unparsed};
+use crate::rollout::{Episode, TurnEnd, failed, finish, start, unparsed};
 use crate::tasks::RemoteTasks;
 use crate::text::{ChatFormat, Tokenizer};
 use crate::trajectory::{self, Trajectory, render};
@@ -473,14 +473,7 @@ fn play_recorded(
     chat: &ChatFormat,
 ) -> Result<Played, ReplayError> {
     let controller = Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?;
-    let spec = EpisodeSpec {
-        task: 0,
-        split: recorded.split,
-        difficulty: recorded.difficulty,
-        index: recorded.index,
-        max_turns: recorded.max_turns,
-        group: 0,
-    };
+    let spec = recorded.episode_spec();
     let tasks = [generator];
     let (mut started, sessions) = start(chat, &tasks, &controller, &[spec]);
     let (mut episode, session) = (started.remove(0), sessions[0]);

@@ -56,6 +56,20 @@ pub struct Trajectory {
     pub status: Status,
 }
 
+impl Trajectory {
+    /// The episode's spec, as task 0 of a one-task list (a replay plays it alone).
+    pub(crate) fn episode_spec(&self) -> crate::rollout::EpisodeSpec {
+        crate::rollout::EpisodeSpec {
+            task: 0,
+            split: self.split,
+            difficulty: self.difficulty,
+            index: self.index,
+            max_turns: self.max_turns,
+            group: 0,
+        }
+    }
+}
+
 /// One agent turn and the environment's answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Turn {
