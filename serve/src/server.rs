@@ -48,6 +48,11 @@ impl Server {
         runtime.spawn(async move {
             // An accept error other than a per-connection one ends the server; there is no one
             // to report it to but the log.
+            // Small writes (stream chunks, short replies) go out at once: with Nagle's
+            // algorithm on, each waited for the client's delayed ACK (about 40 ms a reply).
+            let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+                let _ = stream.set_nodelay(true);
+            });
             if let Err(e) = axum::serve(listener, router).await {
                 eprintln!("agentry-serve: the server on {addr} stopped: {e}");
             }

@@ -1,10 +1,10 @@
 //! Serving a policy over the OpenAI chat-completions API (`agentry serve`), and the client
 //! `agentry eval --endpoint` plays episodes through against any such server.
 //!
-//! Work in progress (issue 19): the wire format, the [`model::ChatModel`] seam, the
-//! [`server`] and the [`client`] exist. [`serve_openai`] serves any [`model::ChatModel`] at
-//! `/v1`, with OpenAI's statuses and error objects; [`OpenAiClient`] calls any OpenAI-compatible
-//! endpoint, retrying what may pass and counting every fault.
+//! [`wire`] holds the wire format and [`model::ChatModel`] the seam to whatever generates.
+//! [`serve_openai`] serves any [`model::ChatModel`] at `/v1`, with OpenAI's statuses and error
+//! objects; [`OpenAiClient`] calls any OpenAI-compatible endpoint, retrying what may pass and
+//! counting every fault.
 
 pub mod client;
 pub mod model;
