@@ -569,6 +569,7 @@ fn train(t: &Train) -> TokenStream {
     let checkpoint_every = option(&t.checkpoint_every, |c| uint(*c));
     let max_nonfinite_skips = Literal::u32_unsuffixed(t.max_nonfinite_skips);
     let recompute = t.recompute;
+    let data_parallel = size(t.data_parallel);
     quote! {
         ::agentry::spec::Train {
             steps: #steps,
@@ -584,6 +585,7 @@ fn train(t: &Train) -> TokenStream {
             checkpoint_every: #checkpoint_every,
             max_nonfinite_skips: #max_nonfinite_skips,
             recompute: #recompute,
+            data_parallel: #data_parallel,
         }
     }
 }

@@ -726,10 +726,20 @@ pub struct Train {
     /// gradients are the same up to summation order. Default false.
     #[serde(default)]
     pub recompute: bool,
+    /// Trainer replicas, in [1, 256]: each scores and differentiates its share of every update's
+    /// batch, the gradients are summed across replicas (burn's collective all-reduce), and
+    /// every replica takes the same optimizer step, so the weights stay identical and equal
+    /// (up to summation order) to one trainer's on the whole batch. Default 1.
+    #[serde(default = "default_data_parallel")]
+    pub data_parallel: usize,
 }
 
 fn default_max_nonfinite_skips() -> u32 {
     Train::DEFAULT_MAX_NONFINITE_SKIPS
+}
+
+fn default_data_parallel() -> usize {
+    Train::DEFAULT_DATA_PARALLEL
 }
 
 /// `optimizer = adamw { ... } | adam { ... } | sgd { ... }`.
@@ -1079,6 +1089,10 @@ impl Train {
     pub const DEFAULT_MAX_NEW_TOKENS: usize = 64;
     /// `max_nonfinite_skips` when left out (also for a `spec.json` written before the key).
     pub const DEFAULT_MAX_NONFINITE_SKIPS: u32 = 3;
+    /// `data_parallel` when left out: one trainer.
+    pub const DEFAULT_DATA_PARALLEL: usize = 1;
+    /// The most trainer replicas `data_parallel` allows.
+    pub const MAX_DATA_PARALLEL: usize = 256;
 }
 
 impl Optimizer {

@@ -59,6 +59,33 @@ fn max_nonfinite_skips_is_at_least_one() {
 }
 
 #[test]
+fn data_parallel_counts_replicas_from_one_to_256() {
+    let spec = check(&with("batch = 16", "batch = 16")).unwrap();
+    assert_eq!(spec.train.data_parallel, 1);
+    let spec = check(&with("batch = 16", "batch = 16, data_parallel = 4")).unwrap();
+    assert_eq!(spec.train.data_parallel, 4);
+    for bad in ["0", "257", "2.5", "true"] {
+        let source = with("batch = 16", &format!("batch = 16, data_parallel = {bad}"));
+        let d = error(&source);
+        assert_eq!(text(&source, &d), bad);
+        assert!(d.message.contains("data_parallel"), "{}", d.message);
+    }
+}
+
+#[test]
+fn data_parallel_refuses_lora_dropout() {
+    let source = with("arch = transformer", "arch = transformer, finetune = lora { dropout = 0.1 }")
+        .replace("batch = 16", "batch = 16, data_parallel = 2");
+    let d = error(&source);
+    assert_eq!(text(&source, &d), "2");
+    assert!(d.message.contains("dropout"), "{}", d.message);
+    assert!(d.hint.unwrap().contains("dropout = 0"));
+    let without = with("arch = transformer", "arch = transformer, finetune = lora")
+        .replace("batch = 16", "batch = 16, data_parallel = 2");
+    assert_eq!(check(&without).unwrap().train.data_parallel, 2);
+}
+
+#[test]
 fn recompute_is_a_boolean() {
     let spec = check(&with("batch = 16", "batch = 16, recompute = true")).unwrap();
     assert!(spec.train.recompute);

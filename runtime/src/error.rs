@@ -67,6 +67,18 @@ pub enum RunError {
         /// Its gradient norm, when the loss was finite.
         grad_norm: Option<f32>,
     },
+    /// A data-parallel update failed: a replica died, or the gradients' all-reduce failed.
+    /// The run stops there; `--resume` goes on from its latest checkpoint.
+    #[error(
+        "data-parallel training failed at {at}: {reason}; resume from the latest checkpoint \
+         with `--resume RUN_DIR`"
+    )]
+    DataParallel {
+        /// The update that failed.
+        at: Update,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// Which update a non-finite loss or gradient norm was met at.

@@ -108,35 +108,99 @@ pub fn descend<B: TrainBackend, M: AutodiffModule<B>>(
     lr: f64,
     grad_clip: Option<f64>,
 ) -> (M, Descent) {
-    let value = scalar(loss.clone());
-    if !value.is_finite() {
-        recompute::forget();
-        return (
-            module,
-            Descent::Skipped {
-                loss: value,
-                grad_norm: None,
-            },
-        );
+    match descend_summed(module, optimizer, Some(loss), lr, grad_clip, &mut Alone) {
+        Ok(done) => done,
+        Err(never) => match never {},
     }
-    let mut grads = recompute::gradients(loss, &module);
+}
+
+/// How an update's loss and gradients are combined before the step: [`Alone`], or summed with
+/// other trainer replicas' (data-parallel training, where every replica must take part in every
+/// sum, and then reaches the same decision on the same numbers).
+pub trait GradientSum<B: AutodiffBackend> {
+    /// Why a sum failed.
+    type Error;
+
+    /// The sums over every replica of `loss` and of `module`'s gradients (`None`: this replica
+    /// computed none, as for a non-finite loss or an empty share; it still takes part). A
+    /// non-finite loss anywhere makes the summed loss non-finite.
+    fn sum<M: AutodiffModule<B>>(
+        &mut self,
+        module: &M,
+        loss: f32,
+        grads: Option<GradientsParams>,
+    ) -> Result<(f32, Option<GradientsParams>), Self::Error>;
+}
+
+/// One trainer: the sums are its own loss and gradients.
+pub struct Alone;
+
+impl<B: AutodiffBackend> GradientSum<B> for Alone {
+    type Error = std::convert::Infallible;
+
+    fn sum<M: AutodiffModule<B>>(
+        &mut self,
+        _module: &M,
+        loss: f32,
+        grads: Option<GradientsParams>,
+    ) -> Result<(f32, Option<GradientsParams>), Self::Error> {
+        Ok((loss, grads))
+    }
+}
+
+/// [`descend`] on the loss and gradients `sum` makes of this replica's `loss` (`None`: an empty
+/// share, which contributes nothing). A loss that is not finite here skips the backward pass;
+/// the update is then skipped everywhere, since the summed loss is not finite either.
+pub fn descend_summed<B: TrainBackend, M: AutodiffModule<B>, S: GradientSum<B>>(
+    module: M,
+    optimizer: &mut PolicyOptimizer<M, B>,
+    loss: Option<Tensor<B, 1>>,
+    lr: f64,
+    grad_clip: Option<f64>,
+    sum: &mut S,
+) -> Result<(M, Descent), S::Error> {
+    let (value, grads) = match loss {
+        Some(loss) => {
+            let value = scalar(loss.clone());
+            if value.is_finite() {
+                (value, Some(recompute::gradients(loss, &module)))
+            } else {
+                recompute::forget();
+                (value, None)
+            }
+        }
+        None => (0.0, None),
+    };
+    let (value, grads) = sum.sum(&module, value, grads)?;
+    let mut grads = match grads {
+        Some(grads) if value.is_finite() => grads,
+        _ => {
+            return Ok((
+                module,
+                Descent::Skipped {
+                    loss: value,
+                    grad_norm: None,
+                },
+            ));
+        }
+    };
     let grad_norm = clip_global_norm(&module, &mut grads, grad_clip);
     if !grad_norm.is_finite() {
-        return (
+        return Ok((
             module,
             Descent::Skipped {
                 loss: value,
                 grad_norm: Some(grad_norm),
             },
-        );
+        ));
     }
-    (
+    Ok((
         optimizer.step(lr, module, grads),
         Descent::Applied {
             loss: value,
             grad_norm,
         },
-    )
+    ))
 }
 
 /// The global L2 norm of all gradients of `module`; when `max_norm` is given and exceeded, every

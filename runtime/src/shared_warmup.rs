@@ -277,9 +277,11 @@ impl<'a> WarmupInputs<'a> {
             warmup,
             checkpoint_every,
             max_nonfinite_skips,
-            // Recomputation changes the memory an update takes, not its result (up to the
-            // order of a few float sums), so runs with and without it share a warm-up.
+            // Recomputation changes the memory an update takes, and replicas where it is
+            // computed, not its result (up to the order of a few float sums), so runs that
+            // differ in them share a warm-up.
             recompute: _,
+            data_parallel: _,
         } = train;
         if checkpoint_every.is_some() {
             return None;

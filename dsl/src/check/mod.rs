@@ -179,9 +179,13 @@ impl Checker {
         let algorithm = self
             .single(&sections, "algorithm", &decl.name, true)
             .and_then(|s| self.algorithm(s, model.as_ref()));
+        let lora_dropout = model.as_ref().and_then(|m| match &m.finetune {
+            crate::spec::Finetune::Lora(lora) if lora.dropout > 0.0 => Some(lora.dropout),
+            _ => None,
+        });
         let train = self
             .single(&sections, "train", &decl.name, true)
-            .and_then(|s| self.train(s, algorithm.as_ref().map(|a| a.group_size)));
+            .and_then(|s| self.train(s, algorithm.as_ref().map(|a| a.group_size), lora_dropout));
         let curriculum = match self.single(&sections, "curriculum", &decl.name, false) {
             Some(s) => self.curriculum(s, &tasks, train.as_ref().map(|t| t.steps)),
             None => Some(Vec::new()),

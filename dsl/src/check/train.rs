@@ -14,6 +14,7 @@ impl Checker {
         &mut self,
         section: Section<'_>,
         group_size: Option<usize>,
+        lora_dropout: Option<f64>,
     ) -> Option<Train> {
         let keys = [
             "steps",
@@ -29,6 +30,7 @@ impl Checker {
             "checkpoint_every",
             "max_nonfinite_skips",
             "recompute",
+            "data_parallel",
         ];
         let table = self.table(section.body, "train", &keys);
         let steps = match table.get("steps") {
@@ -136,6 +138,30 @@ impl Checker {
             Some(v) => self.boolean("recompute", v),
             None => Some(false),
         };
+        let data_parallel = match table.get("data_parallel") {
+            Some(v) => self
+                .int_in("data_parallel", v, 1, Train::MAX_DATA_PARALLEL as i128)
+                .and_then(|n| usize::try_from(n).ok()),
+            None => Some(Train::DEFAULT_DATA_PARALLEL),
+        };
+        if let (Some(replicas @ 2..), Some(dropout), Some(value)) =
+            (data_parallel, lora_dropout, table.get("data_parallel"))
+        {
+            // Dropout draws its masks from the backend's one random stream, which replicas on
+            // one device would draw from in no fixed order: runs would stop repeating.
+            self.error(
+                Diagnostic::new(
+                    value.span,
+                    format!(
+                        "`data_parallel = {replicas}` cannot train LoRA with dropout \
+                         ({dropout}): the replicas would draw their dropout masks from one \
+                         random stream in no fixed order, so a seed would no longer repeat its run"
+                    ),
+                    "replicas with LoRA dropout",
+                )
+                .with_hint("set `lora { dropout = 0 }`, or train with `data_parallel = 1`"),
+            );
+        }
         Some(Train {
             steps: steps?,
             batch: batch?,
@@ -150,6 +176,7 @@ impl Checker {
             checkpoint_every: checkpoint_every?,
             max_nonfinite_skips: max_nonfinite_skips?,
             recompute: recompute?,
+            data_parallel: data_parallel?,
         })
     }
 

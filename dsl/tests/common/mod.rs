@@ -46,6 +46,7 @@ experiment multitask {
         checkpoint_every = 100
         max_nonfinite_skips = 3
         recompute = false
+        data_parallel = 1
     }
     eval  { every = 50, split = test, episodes = 100, decoding = both }   // decoding: greedy | sampled | both
     sweep { seeds = [1, 2, 3], ablate pool.cross_policy = 0, ablate algorithm.advantage_norm = batch }

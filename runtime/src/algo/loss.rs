@@ -79,6 +79,62 @@ pub fn policy_loss<B: Backend>(
     input: PolicyLossInput<B>,
     config: &PolicyLossConfig,
 ) -> (Tensor<B, 1>, LossStats) {
+    policy_loss_share(input, config, Share::WHOLE)
+}
+
+/// Some rows' part of a batch's loss: what their aggregates weigh in the whole batch's.
+///
+/// A reduction over some rows of a batch (a data-parallel replica's share), times its weight,
+/// is that part of the whole batch's reduction, so the shares' losses and gradients sum to the
+/// whole batch's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Share {
+    /// The rows' denominator over the batch's under `algorithm.aggregation` (agent tokens for
+    /// `token_mean`, sequences with an agent token for the sequence means).
+    pub aggregated: f32,
+    /// The rows' agent tokens over the batch's: the weight of token means.
+    pub tokens: f32,
+}
+
+impl Share {
+    /// The whole batch.
+    pub const WHOLE: Share = Share {
+        aggregated: 1.0,
+        tokens: 1.0,
+    };
+
+    /// The share of `rows` in a batch of agent masks `scored` (one `Vec<bool>` per row),
+    /// under `aggregation`.
+    pub fn of(scored: &[Vec<bool>], rows: std::ops::Range<usize>, aggregation: Aggregation) -> Share {
+        let tokens = |rows: &[Vec<bool>]| -> usize {
+            rows.iter().map(|r| r.iter().filter(|m| **m).count()).sum()
+        };
+        let sequences =
+            |rows: &[Vec<bool>]| -> usize { rows.iter().filter(|r| r.iter().any(|m| *m)).count() };
+        let ratio = |part: usize, whole: usize| -> f32 {
+            if whole == 0 { 0.0 } else { (part as f64 / whole as f64) as f32 }
+        };
+        let part = &scored[rows];
+        let aggregated = match aggregation {
+            Aggregation::TokenMean => ratio(tokens(part), tokens(scored)),
+            Aggregation::SeqMeanTokenSum | Aggregation::SeqMeanTokenMean => {
+                ratio(sequences(part), sequences(scored))
+            }
+        };
+        Share {
+            aggregated,
+            tokens: ratio(tokens(part), tokens(scored)),
+        }
+    }
+}
+
+/// [`policy_loss`] of some rows, weighed by their [`Share`] of the batch (the loss and its
+/// statistics both).
+pub fn policy_loss_share<B: Backend>(
+    input: PolicyLossInput<B>,
+    config: &PolicyLossConfig,
+    share: Share,
+) -> (Tensor<B, 1>, LossStats) {
     let PolicyLossInput {
         logprobs,
         old_logprobs,
@@ -103,16 +159,23 @@ pub fn policy_loss<B: Backend>(
     if let Some(weights) = is_weights {
         per_token = per_token * weights;
     }
-    let policy = aggregate(per_token, mask.clone(), config.aggregation);
+    let weigh = |t: Tensor<B, 1>, weight: f32| if weight == 1.0 { t } else { t * weight };
+    let policy = weigh(
+        aggregate(per_token, mask.clone(), config.aggregation),
+        share.aggregated,
+    );
 
     let agent_tokens = mask.clone().sum().clamp_min(1.0);
-    let mean_entropy = (entropy * mask.clone()).sum() / agent_tokens.clone();
+    let mean_entropy = weigh(
+        (entropy * mask.clone()).sum() / agent_tokens.clone(),
+        share.tokens,
+    );
     let mut loss = policy.clone() - mean_entropy.clone() * config.entropy_coef;
 
     let mut kl_value = 0.0;
     if let (Some((estimator, coef)), Some(reference)) = (config.kl, ref_logprobs) {
         let kl = kl_estimate(logprobs, reference, estimator);
-        let kl = aggregate(kl, mask.clone(), config.aggregation);
+        let kl = weigh(aggregate(kl, mask.clone(), config.aggregation), share.aggregated);
         kl_value = scalar(kl.clone());
         loss = loss + kl * coef;
     }
@@ -124,8 +187,8 @@ pub fn policy_loss<B: Backend>(
         policy: scalar(policy),
         entropy: scalar(mean_entropy),
         kl: kl_value,
-        clip_low: scalar(low.sum() / agent_tokens.clone()),
-        clip_high: scalar(high.sum() / agent_tokens),
+        clip_low: scalar(low.sum() / agent_tokens.clone()) * share.tokens,
+        clip_high: scalar(high.sum() / agent_tokens) * share.tokens,
     };
     (loss, stats)
 }

@@ -13,7 +13,9 @@ mod prepare;
 
 pub(crate) use eval::{eval_specs, evaluation_of, split_name};
 mod record;
+mod replicas;
 mod setup;
+mod shares;
 mod source;
 mod state;
 mod update;
@@ -45,6 +47,7 @@ use state::{Critic, Identity, RunState};
 pub use crate::metrics::Evaluation;
 pub use setup::TOKENIZER_VOCAB;
 pub use update::{LENGTH_BUCKET, score_in_buckets};
+pub use replicas::fail_replica_at;
 
 /// How to run an experiment, beyond what its file says.
 #[derive(Clone, Debug)]
@@ -291,13 +294,19 @@ struct Trainer<B: TrainBackend> {
     run_dir: RunDir,
     /// The phase of the latest checkpoint written (or resumed from).
     saved: Option<Phase>,
+    /// `train.data_parallel > 1`: the other trainer replicas, from the first update on.
+    replicas: Option<replicas::Replicas<B>>,
 }
 
 impl<B: TrainBackend> Trainer<B> {
     fn run(mut self) -> Result<RunSummary, RunError> {
         let out = Progress::new(0, "", true);
+        let replicas = match self.spec.train.data_parallel {
+            1 => String::new(),
+            n => format!(" ({n} data-parallel replicas)"),
+        };
         out.println(format!(
-            "experiment `{}` on {} | {} tasks | {} demonstrations | vocab {}",
+            "experiment `{}` on {}{replicas} | {} tasks | {} demonstrations | vocab {}",
             self.spec.name,
             self.device_name,
             self.tasks.len(),

@@ -11,16 +11,18 @@ use agentry_dsl::spec::{self, AlgorithmKind, KlPlacement, SftSource, ValueHead};
 use super::Trainer;
 use super::prepare::{self, AdvantageStats, Advantages, Example, PreparedStats};
 use super::record::StepStats;
-use super::source::Collected;
-use crate::algo::loss::{IsStats, PolicyLossConfig, kl_estimate, truncated_is_weights};
-use crate::algo::{
-    LossStats, PolicyLossInput, ValueStats, explained_variance, policy_loss, value_loss,
+use super::replicas::{Replicas, Work};
+use super::shares::{
+    RlRows, RlSettings, RlTerms, ValueSettings, rl_loss, sft_loss, split, token_share,
 };
+use super::source::Collected;
+use crate::algo::loss::{IsStats, PolicyLossConfig, Share, kl_estimate, truncated_is_weights};
+use crate::algo::{LossStats, ValueStats, explained_variance, value_loss};
 use crate::checkpoint::Phase;
 use crate::error::{RunError, Update};
 use crate::metrics::{Progress, Record};
 use crate::model::{Kernels, Policy, Scores, TrainBackend, Want};
-use crate::optim::{Descent, descend};
+use crate::optim::{Alone, Descent, descend, descend_summed};
 use crate::rollout::Episode;
 use crate::text::Transcript;
 
@@ -66,13 +68,11 @@ impl<B: TrainBackend> Trainer<B> {
         let progress = Progress::new(warmup.steps, "sft", self.options.quiet);
         progress.update(done, String::new());
         for step in done + 1..=warmup.steps {
-            let batch: Vec<&Transcript> = (0..warmup.batch)
-                .map(|_| &self.demos[self.state.rng.random_range(0..self.demos.len())])
+            let batch: Vec<Transcript> = (0..warmup.batch)
+                .map(|_| self.demos[self.state.rng.random_range(0..self.demos.len())].clone())
                 .collect();
-            let batch = self.padded::<B>(&batch);
             self.seed_dropout(Phase::Warmup { step });
-            let loss = batch.nll(&self.state.policy);
-            let descent = self.apply(loss, warmup.lr);
+            let descent = self.descend_sft(batch, warmup.lr, Update::Warmup { step })?;
             let record = match self.survive(descent, Update::Warmup { step })? {
                 Some(grad_norm) => {
                     progress.update(step, format!("loss {:.4}", descent.loss()));
@@ -270,52 +270,46 @@ impl<B: TrainBackend> Trainer<B> {
         };
         // A shared trunk reads the values in the policy's own forward pass.
         let shared = value_targets.is_some() && self.state.critic.is_none();
-        let want = if shared { Want::Both } else { Want::Policy };
+        let settings = RlSettings {
+            loss: loss_config,
+            temperature,
+            pad,
+            value: shared.then_some(ValueSettings {
+                clip: algorithm.value_clip,
+                coef: algorithm.value_coef,
+            }),
+        };
+        let rows = RlRows {
+            transcripts: transcripts.iter().map(|t| (*t).clone()).collect(),
+            width,
+            old_logprobs,
+            is_weights,
+            advantages: batch.advantages.clone(),
+            mask: batch.mask.clone(),
+            ref_logprobs,
+            value_targets: value_targets
+                .as_ref()
+                .filter(|_| shared)
+                .map(|(old, returns)| (old.clone(), returns.clone())),
+        };
         for _ in 0..algorithm.epochs {
-            let scores = score_in_buckets(
-                &self.state.policy,
-                &transcripts,
-                pad,
-                width,
-                temperature,
-                want,
-            );
-            let (mut loss, terms) = policy_loss(
-                PolicyLossInput {
-                    logprobs: scores.logprobs,
-                    old_logprobs: old_logprobs.clone(),
-                    is_weights: is_weights.clone(),
-                    advantages: batch.advantages.clone(),
-                    mask: batch.mask.clone(),
-                    entropy: scores.entropy,
-                    ref_logprobs: ref_logprobs.clone(),
-                },
-                &loss_config,
-            );
-            if let (true, Some(values), Some((old, returns))) =
-                (shared, scores.values, &value_targets)
-            {
-                let (value, value_stats) = value_loss(
-                    values,
-                    old.clone(),
-                    returns.clone(),
-                    batch.mask.clone(),
-                    algorithm.value_clip,
-                );
-                loss = loss + value * algorithm.value_coef;
-                stats.value = Some(value_stats);
-            }
             let pool: Vec<&Transcript> = match algorithm.sft_from {
                 SftSource::Oracle => self.demos.iter().collect(),
                 SftSource::Successes { .. } => self.state.successes.iter().collect(),
             };
-            if sft_alpha > 0.0 && !pool.is_empty() {
-                let demos: Vec<&Transcript> = (0..group_size.max(4))
-                    .map(|_| pool[self.state.rng.random_range(0..pool.len())])
-                    .collect();
-                loss = loss + self.padded::<B>(&demos).nll(&self.state.policy) * sft_alpha;
+            let demos: Vec<Transcript> = if sft_alpha > 0.0 && !pool.is_empty() {
+                (0..group_size.max(4))
+                    .map(|_| pool[self.state.rng.random_range(0..pool.len())].clone())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let (descent, terms) =
+                self.descend_rl(&rows, demos, sft_alpha, &settings, Update::Rl { step })?;
+            if terms.value.is_some() {
+                stats.value = terms.value;
             }
-            let descent = self.apply(loss, self.spec.train.lr);
+            let terms = terms.loss;
             // A skipped update leaves the step's loss terms as they were (0 if no epoch ran).
             let Some(grad_norm) = self.survive(descent, Update::Rl { step })? else {
                 stats.skipped_nonfinite += 1;
@@ -357,18 +351,156 @@ impl<B: TrainBackend> Trainer<B> {
         B::seed(&self.device, rng.next_u64());
     }
 
-    /// Backward, clip, optimizer step of the policy, unless the update is not finite
-    /// ([`descend`]).
-    fn apply(&mut self, loss: Tensor<B, 1>, lr: f64) -> Descent {
-        let (policy, descent) = descend(
+    /// A warm-up step on `batch`: the whole batch here, or one share per data-parallel replica.
+    fn descend_sft(
+        &mut self,
+        batch: Vec<Transcript>,
+        lr: f64,
+        at: Update,
+    ) -> Result<Descent, RunError> {
+        let pad = self.chat.tokenizer().pad();
+        let Some(replicas) = self.replicas(at)? else {
+            let loss = sft_loss(&self.state.policy, &batch, pad, 1.0);
+            return Ok(self.step_alone(loss, lr));
+        };
+        let shares = split(batch.len(), replicas.count());
+        for (r, range) in shares.iter().enumerate().skip(1) {
+            let work = Work::Sft {
+                transcripts: batch[range.clone()].to_vec(),
+                share: token_share(&batch, range.clone()),
+                lr,
+            };
+            replicas
+                .send(r, work)
+                .map_err(|reason| RunError::DataParallel { at, reason })?;
+        }
+        let mine = shares[0].clone();
+        let share = token_share(&batch, mine.clone());
+        let loss = sft_loss(&self.state.policy, &batch[mine], pad, share);
+        for i in 0..batch.len() {
+            eprintln!("DBG row {i} share {} nll {:?} len {}", token_share(&batch, i..i + 1), sft_loss(&self.state.policy, &batch[i..i + 1], pad, 1.0).map(|l| crate::algo::loss::scalar(l)), batch[i].tokens.len());
+        }
+        eprintln!("DBG leader share {share} loss {:?} whole {:?}", loss.as_ref().map(|l| crate::algo::loss::scalar(l.clone())), sft_loss(&self.state.policy, &batch, pad, 1.0).map(|l| crate::algo::loss::scalar(l)));
+        let (descent, _) = self.step_together(loss, Vec::new(), lr, at)?;
+        Ok(descent)
+    }
+
+    /// An RL epoch on `rows`, plus the SFT term on `demos`: the whole batch here, or one share
+    /// per data-parallel replica (the leader's with the SFT term).
+    fn descend_rl(
+        &mut self,
+        rows: &RlRows<B>,
+        demos: Vec<Transcript>,
+        sft_alpha: f64,
+        settings: &RlSettings,
+        at: Update,
+    ) -> Result<(Descent, RlTerms), RunError> {
+        let value = settings.value.is_some() && rows.value_targets.is_some();
+        let lr = self.spec.train.lr;
+        let Some(replicas) = self.replicas(at)? else {
+            let loss = rl_loss(
+                &self.state.policy,
+                rows,
+                Share::WHOLE,
+                &demos,
+                sft_alpha,
+                settings,
+            );
+            let terms = loss.as_ref().map(|(_, terms)| *terms).unwrap_or_default();
+            let descent = self.step_alone(loss.map(|(loss, _)| loss), lr);
+            return Ok((descent, terms));
+        };
+        let shares = split(rows.len(), replicas.count());
+        for (r, range) in shares.iter().enumerate().skip(1) {
+            let work = Work::Rl {
+                rows: rows.rows(range.clone()).into_data(),
+                share: rows.share(range.clone(), &settings.loss),
+                settings: *settings,
+                lr,
+            };
+            replicas
+                .send(r, work)
+                .map_err(|reason| RunError::DataParallel { at, reason })?;
+        }
+        let mine = shares[0].clone();
+        let share = rows.share(mine.clone(), &settings.loss);
+        let loss = rl_loss(
+            &self.state.policy,
+            &rows.rows(mine),
+            share,
+            &demos,
+            sft_alpha,
+            settings,
+        );
+        let (loss, terms) = match loss {
+            Some((loss, terms)) => (Some(loss), terms),
+            None => (None, RlTerms::from_slice(&[], value)),
+        };
+        let (descent, sums) = self.step_together(loss, terms.to_vec(), lr, at)?;
+        Ok((descent, RlTerms::from_slice(&sums, value)))
+    }
+
+    /// The data-parallel replicas, started on first use (from the policy and optimizer as
+    /// they are then); `None` for one trainer.
+    fn replicas(&mut self, at: Update) -> Result<Option<&mut Replicas<B>>, RunError> {
+        let count = self.spec.train.data_parallel;
+        if count <= 1 {
+            return Ok(None);
+        }
+        if self.replicas.is_none() {
+            let replicas = Replicas::start(
+                count,
+                &self.state.policy,
+                &self.state.optimizer,
+                &self.device,
+                self.chat.tokenizer().pad(),
+                self.spec.algorithm.grad_clip,
+            )
+            .map_err(|reason| RunError::DataParallel { at, reason })?;
+            self.replicas = Some(replicas);
+        }
+        Ok(self.replicas.as_mut())
+    }
+
+    /// Backward, clip, optimizer step of the policy on `loss` alone, unless the update is not
+    /// finite ([`descend_summed`]).
+    fn step_alone(&mut self, loss: Option<Tensor<B, 1>>, lr: f64) -> Descent {
+        let stepped = descend_summed(
             self.state.policy.clone(),
             &mut self.state.optimizer,
             loss,
             lr,
             self.spec.algorithm.grad_clip,
+            &mut Alone,
         );
+        let (policy, descent) = match stepped {
+            Ok(done) => done,
+            Err(never) => match never {},
+        };
         self.state.policy = policy;
         descent
+    }
+
+    /// The leader's step on its share's `loss`, summed with the replicas' (and `scalars`
+    /// with theirs, returned summed).
+    fn step_together(
+        &mut self,
+        loss: Option<Tensor<B, 1>>,
+        mut scalars: Vec<f32>,
+        lr: f64,
+        at: Update,
+    ) -> Result<(Descent, Vec<f32>), RunError> {
+        let Some(replicas) = self.replicas.as_mut() else {
+            return Err(RunError::Internal(
+                "a data-parallel step without its replicas",
+            ));
+        };
+        let policy = self.state.policy.clone();
+        let (policy, descent) = replicas
+            .descend(policy, &mut self.state.optimizer, loss, &mut scalars, lr)
+            .map_err(|reason| RunError::DataParallel { at, reason })?;
+        self.state.policy = policy;
+        Ok((descent, scalars))
     }
 
     /// Counts `descent` against `train.max_nonfinite_skips`: the gradient norm of an applied
@@ -577,7 +709,7 @@ impl<B: TrainBackend> Trainer<B> {
 /// For each predicted position `1..width` of a transcript padded to `width`, whether the
 /// token there is the agent's: the one place agent tokens map to the rows of the loss
 /// tensors (`[n, width - 1]`, position `j` at column `j - 1`).
-fn predicted_agent(transcript: &Transcript, width: usize) -> impl Iterator<Item = bool> + '_ {
+pub(super) fn predicted_agent(transcript: &Transcript, width: usize) -> impl Iterator<Item = bool> + '_ {
     (1..width).map(|j| transcript.agent_mask.get(j).copied().unwrap_or(false))
 }
 
@@ -590,7 +722,7 @@ struct ValueTargets {
 
 /// Right-padded transcripts `[n, width]` and which predicted tokens `[n, width - 1]` are the
 /// agent's, as a tensor (`mask`) and on the host (`scored`).
-struct Padded<B: Backend> {
+pub(super) struct Padded<B: Backend> {
     tokens: Tensor<B, 2, Int>,
     mask: Tensor<B, 2>,
     scored: Vec<bool>,
@@ -608,7 +740,7 @@ impl<B: Kernels> Padded<B> {
             .max(2)
     }
 
-    fn new(transcripts: &[&Transcript], pad: u32, device: &B::Device) -> Self {
+    pub(super) fn new(transcripts: &[&Transcript], pad: u32, device: &B::Device) -> Self {
         let width = Self::width(transcripts);
         let mut tokens = Vec::with_capacity(transcripts.len() * width);
         let mut scored = Vec::with_capacity(transcripts.len() * (width - 1));
@@ -629,7 +761,7 @@ impl<B: Kernels> Padded<B> {
 
     /// Mean negative log-likelihood of the agent tokens under `policy` (temperature 1): the
     /// SFT loss.
-    fn nll(self, policy: &Policy<B>) -> Tensor<B, 1> {
+    pub(super) fn nll(self, policy: &Policy<B>) -> Tensor<B, 1> {
         let logprobs = policy.scored_logprobs(self.tokens, &self.scored, 1.0);
         (logprobs * self.mask.clone()).sum().neg() / self.mask.sum().clamp_min(1.0)
     }

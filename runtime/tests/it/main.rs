@@ -9,6 +9,7 @@ mod common;
 mod pretrained;
 
 mod checkpoint_resume;
+mod data_parallel;
 mod endpoint;
 mod evaluation_only;
 mod gguf;

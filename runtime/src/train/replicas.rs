@@ -1,0 +1,458 @@
+//! Data-parallel training (`train { data_parallel = N }`): N trainer replicas, each scoring
+//! and differentiating its share of every update's batch ([`super::shares`]); their losses,
+//! statistics and gradients summed by burn's collective all-reduce; the same clip and optimizer
+//! step on every replica.
+//!
+//! The trainer's own thread is replica 0, the leader: it plays the rollouts, prepares each
+//! update, cuts it into shares, keeps the checkpointed state and publishes the weights.
+//! Replicas 1..N are threads holding a copy of the policy and of its optimizer's state, made
+//! from the leader's when the first update starts; from then on every replica changes only by
+//! the steps all take together on the same summed gradients, so they all hold the leader's
+//! weights. Shares travel as plain data ([`TensorData`](burn::tensor::TensorData)).
+//!
+//! Every replica takes part in every sum, even with an empty share or a non-finite loss, and
+//! decides from the summed numbers alone whether to step: a skipped update is skipped
+//! everywhere. A replica that fails (a panic in its forward pass, a failed sum) reports why and
+//! resets the collective, which ends the pending sum on every other replica with an error: the
+//! step fails with the replica's reason, and the run can resume from its latest checkpoint.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn_collective::{CollectiveConfig, PeerId, ReduceOperation};
+
+use crate::algo::loss::Share;
+use crate::model::{Policy, TrainBackend};
+use crate::optim::{Descent, GradientSum, PolicyOptimizer, descend_summed};
+use crate::text::Transcript;
+
+use super::shares::{RlRowsData, RlSettings, rl_loss, sft_loss};
+
+/// One replica's part of an update, as data.
+pub(super) enum Work {
+    /// A warm-up step: the NLL of `transcripts`, weighed by `share`.
+    Sft {
+        transcripts: Vec<Transcript>,
+        share: f32,
+        lr: f64,
+    },
+    /// An RL epoch on `rows`, weighed by `share`.
+    Rl {
+        rows: RlRowsData,
+        share: Share,
+        settings: RlSettings,
+        lr: f64,
+    },
+}
+
+/// The replicas beside the leader, and the leader's place in the collective.
+pub(super) struct Replicas<B: TrainBackend> {
+    peers: Vec<Peer>,
+    device: B::Device,
+    grad_clip: Option<f64>,
+    /// Held while the replicas live: one data-parallel run per process at a time, since
+    /// burn's local collective is one per backend type.
+    _lease: Lease,
+}
+
+struct Peer {
+    work: Option<Sender<Work>>,
+    failed: Receiver<String>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<B: TrainBackend> Replicas<B> {
+    /// Starts `count - 1` replicas copying `policy` and `optimizer`, on `device` (the
+    /// leader's), and registers the leader as replica 0; waits for any other data-parallel
+    /// run of this process to end first.
+    pub fn start(
+        count: usize,
+        policy: &Policy<B>,
+        optimizer: &PolicyOptimizer<Policy<B>, B>,
+        device: &B::Device,
+        pad: u32,
+        grad_clip: Option<f64>,
+    ) -> Result<Replicas<B>, String> {
+        let lease = Lease::take();
+        burn_collective::reset_collective::<B::InnerBackend>();
+        let config = CollectiveConfig::default().with_num_devices(count);
+        let peers = (1..count)
+            .map(|r| {
+                let (work, jobs) = mpsc::channel();
+                let (report, failed) = mpsc::channel();
+                let replica = Replica {
+                    peer: PeerId::from(r as u32),
+                    device: device.clone(),
+                    policy: policy.clone(),
+                    optimizer: optimizer.clone(),
+                    pad,
+                    grad_clip,
+                    updates: 0,
+                };
+                let config = config.clone();
+                let thread = std::thread::Builder::new()
+                    .name(format!("agentry-replica-{r}"))
+                    .spawn(move || replica.serve(config, jobs, report))
+                    .map_err(|e| format!("cannot start replica {r}: {e}"))?;
+                Ok(Peer {
+                    work: Some(work),
+                    failed,
+                    thread: Some(thread),
+                })
+            })
+            .collect::<Result<Vec<Peer>, String>>()?;
+        let mut replicas = Replicas {
+            peers,
+            device: device.clone(),
+            grad_clip,
+            _lease: lease,
+        };
+        burn_collective::register::<B::InnerBackend>(PeerId::from(0u32), device.clone(), config)
+            .map_err(|e| replicas.failure(format!("{e:?}")))?;
+        Ok(replicas)
+    }
+
+    /// The number of replicas, the leader included.
+    pub fn count(&self) -> usize {
+        self.peers.len() + 1
+    }
+
+    /// Sends `work` to replica `r` (1..count).
+    pub fn send(&mut self, r: usize, work: Work) -> Result<(), String> {
+        let sent = self.peers[r - 1]
+            .work
+            .as_ref()
+            .is_some_and(|channel| channel.send(work).is_ok());
+        if sent {
+            Ok(())
+        } else {
+            Err(self.failure("its thread has ended".into()))
+        }
+    }
+
+    /// The leader's step on its own `loss` with `scalars` to sum: the summed loss decides,
+    /// the summed gradients step; `scalars` come back summed.
+    pub fn descend(
+        &mut self,
+        policy: Policy<B>,
+        optimizer: &mut PolicyOptimizer<Policy<B>, B>,
+        loss: Option<Tensor<B, 1>>,
+        scalars: &mut Vec<f32>,
+        lr: f64,
+    ) -> Result<(Policy<B>, Descent), String> {
+        let mut sum = Collective::<B>::new(PeerId::from(0u32), &self.device, scalars);
+        let stepped = descend_summed(policy, optimizer, loss, lr, self.grad_clip, &mut sum);
+        *scalars = sum.scalars;
+        stepped.map_err(|e| self.failure(e))
+    }
+
+    /// Why the data-parallel step failed: the first replica that reported a failure (waiting
+    /// a moment for it), else the leader's own `error`.
+    fn failure(&mut self, error: String) -> String {
+        for (i, peer) in self.peers.iter().enumerate() {
+            match peer.failed.recv_timeout(Duration::from_secs(2)) {
+                Ok(reason) => return format!("replica {} failed: {reason}", i + 1),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+        }
+        format!("the gradient all-reduce failed: {error}")
+    }
+}
+
+impl<B: TrainBackend> Drop for Replicas<B> {
+    fn drop(&mut self) {
+        for peer in &mut self.peers {
+            peer.work = None;
+        }
+        // Ends any sum a replica still waits in.
+        burn_collective::reset_collective::<B::InnerBackend>();
+        for peer in &mut self.peers {
+            if let Some(thread) = peer.thread.take() {
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                while !thread.is_finished() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if thread.is_finished() {
+                    let _ = thread.join();
+                }
+            }
+        }
+        burn_collective::reset_collective::<B::InnerBackend>();
+    }
+}
+
+/// A replica's thread state: its copy of the policy and of the optimizer.
+struct Replica<B: TrainBackend> {
+    peer: PeerId,
+    device: B::Device,
+    policy: Policy<B>,
+    optimizer: PolicyOptimizer<Policy<B>, B>,
+    pad: u32,
+    grad_clip: Option<f64>,
+    /// Updates taken, for [`fail_replica_at`].
+    updates: u64,
+}
+
+impl<B: TrainBackend> Replica<B> {
+    /// Registers, then takes each update sent until the leader hangs up; on a failure
+    /// reports it and resets the collective so no other replica waits for this one.
+    fn serve(mut self, config: CollectiveConfig, jobs: Receiver<Work>, report: Sender<String>) {
+        let peer = self.peer;
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            burn_collective::register::<B::InnerBackend>(peer, self.device.clone(), config)
+                .map_err(|e| format!("cannot join the collective: {e:?}"))?;
+            while let Ok(work) = jobs.recv() {
+                self.update(work)?;
+            }
+            Ok::<(), String>(())
+        }));
+        let reason = match outcome {
+            Ok(Ok(())) => return,
+            Ok(Err(reason)) => reason,
+            Err(panic) => format!("it panicked: {}", panic_message(&*panic)),
+        };
+        let _ = report.send(reason);
+        burn_collective::reset_collective::<B::InnerBackend>();
+    }
+
+    fn update(&mut self, work: Work) -> Result<(), String> {
+        self.updates += 1;
+        if injected_fault(self.peer, self.updates) {
+            panic!("a fault injected at its update {}", self.updates);
+        }
+        let (loss, mut scalars, lr) = match work {
+            Work::Sft {
+                transcripts,
+                share,
+                lr,
+            } => (
+                sft_loss(&self.policy, &transcripts, self.pad, share),
+                Vec::new(),
+                lr,
+            ),
+            Work::Rl {
+                rows,
+                share,
+                settings,
+                lr,
+            } => {
+                let rows = rows.on::<B>(&self.device);
+                let value = settings.value.is_some() && rows.value_targets.is_some();
+                match rl_loss(&self.policy, &rows, share, &[], 0.0, &settings) {
+                    Some((loss, terms)) => (Some(loss), terms.to_vec(), lr),
+                    None => (
+                        None,
+                        super::shares::RlTerms::from_slice(&[], value).to_vec(),
+                        lr,
+                    ),
+                }
+            }
+        };
+        eprintln!("DBG replica loss {:?}", loss.as_ref().map(|l| crate::algo::loss::scalar(l.clone())));
+        let mut sum = Collective::<B>::new(self.peer, &self.device, &scalars);
+        let policy = self.policy.clone();
+        let (policy, _) = descend_summed(
+            policy,
+            &mut self.optimizer,
+            loss,
+            lr,
+            self.grad_clip,
+            &mut sum,
+        )?;
+        scalars.clear();
+        self.policy = policy;
+        Ok(())
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// One replica's sum: its loss, statistics and gradients, flattened into one vector
+/// (`[loss, scalars.., one presence flag per trainable parameter, every gradient]`) and summed
+/// across replicas in a single all-reduce.
+struct Collective<B: AutodiffBackend> {
+    peer: PeerId,
+    device: B::Device,
+    scalars: Vec<f32>,
+}
+
+impl<B: AutodiffBackend> Collective<B> {
+    fn new(peer: PeerId, device: &B::Device, scalars: &[f32]) -> Self {
+        Collective {
+            peer,
+            device: device.clone(),
+            scalars: scalars.to_vec(),
+        }
+    }
+}
+
+impl<B: AutodiffBackend> GradientSum<B> for Collective<B> {
+    type Error = String;
+
+    fn sum<M: AutodiffModule<B>>(
+        &mut self,
+        module: &M,
+        loss: f32,
+        grads: Option<GradientsParams>,
+    ) -> Result<(f32, Option<GradientsParams>), String> {
+        let mut flatten = Flatten::<B> {
+            grads: grads.as_ref(),
+            device: self.device.clone(),
+            present: Vec::new(),
+            parts: Vec::new(),
+        };
+        module.visit(&mut flatten);
+        let mut head = Vec::with_capacity(1 + self.scalars.len() + flatten.present.len());
+        head.push(loss);
+        head.extend(&self.scalars);
+        head.extend(flatten.present.iter().map(|&p| f32::from(u8::from(p))));
+        let head_len = head.len();
+        let device = flatten.device.clone();
+        let mut parts = vec![Tensor::<B::InnerBackend, 1>::from_data(
+            TensorData::new(head, [head_len]),
+            &device,
+        )];
+        parts.append(&mut flatten.parts);
+        let flat = Tensor::cat(parts, 0);
+        let summed = burn_collective::all_reduce::<B::InnerBackend>(
+            self.peer,
+            flat.into_primitive().tensor(),
+            ReduceOperation::Sum,
+        )
+        .map_err(|e| format!("{e:?}"))?;
+        let summed = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(summed));
+        let head: Vec<f32> = summed
+            .clone()
+            .slice(0..head_len)
+            .into_data()
+            .into_vec()
+            .map_err(|e| format!("{e:?}"))?;
+        let loss = head[0];
+        let k = self.scalars.len();
+        self.scalars = head[1..1 + k].to_vec();
+        let present: Vec<bool> = head[1 + k..].iter().map(|&p| p > 0.0).collect();
+        if !present.iter().any(|&p| p) {
+            return Ok((loss, None));
+        }
+        let mut unflatten = Unflatten::<B> {
+            summed,
+            offset: head_len,
+            present: present.into_iter(),
+            grads: GradientsParams::new(),
+        };
+        module.visit(&mut unflatten);
+        Ok((loss, Some(unflatten.grads)))
+    }
+}
+
+/// Each trainable parameter's gradient flattened (zeros where this replica has none) and
+/// whether it had one, in the module's visiting order, the same on every replica.
+struct Flatten<'a, B: AutodiffBackend> {
+    grads: Option<&'a GradientsParams>,
+    device: B::Device,
+    present: Vec<bool>,
+    parts: Vec<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Flatten<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let value = param.val();
+        if !value.is_require_grad() {
+            return;
+        }
+        let size = value.shape().num_elements();
+        let grad = self
+            .grads
+            .and_then(|g| g.get::<B::InnerBackend, D>(param.id));
+        self.present.push(grad.is_some());
+        self.parts.push(match grad {
+            Some(grad) => grad.reshape([size]),
+            None => Tensor::zeros([size], &self.device),
+        });
+    }
+}
+
+/// The summed gradients back in their parameters' shapes, for the parameters some replica
+/// had a gradient for (a parameter no share reached stays without one, as for one trainer).
+struct Unflatten<B: AutodiffBackend> {
+    summed: Tensor<B::InnerBackend, 1>,
+    offset: usize,
+    present: std::vec::IntoIter<bool>,
+    grads: GradientsParams,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Unflatten<B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let value = param.val();
+        if !value.is_require_grad() {
+            return;
+        }
+        let dims = value.shape().dims::<D>();
+        let size = value.shape().num_elements();
+        let range = self.offset..self.offset + size;
+        self.offset += size;
+        if self.present.next() == Some(true) {
+            let grad = self.summed.clone().slice(range).reshape(dims);
+            self.grads.register::<B::InnerBackend, D>(param.id, grad);
+        }
+    }
+}
+
+/// Held by a data-parallel run's replicas; the next one waits until it is dropped.
+struct Lease;
+
+static BUSY: Mutex<bool> = Mutex::new(false);
+static FREED: Condvar = Condvar::new();
+
+impl Lease {
+    fn take() -> Lease {
+        let mut busy = BUSY.lock().unwrap_or_else(|e| e.into_inner());
+        while *busy {
+            busy = FREED.wait(busy).unwrap_or_else(|e| e.into_inner());
+        }
+        *busy = true;
+        Lease
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        *BUSY.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        FREED.notify_one();
+    }
+}
+
+/// `replica << 32 | update` of the one fault to inject, 0 for none.
+static FAULT: AtomicU64 = AtomicU64::new(0);
+
+/// Makes replica `replica` (1..) of this process's next data-parallel run panic at its update
+/// `update` (1-based; warm-up steps and RL epochs count alike), once: how the tests show what
+/// a failing replica does to a run.
+#[doc(hidden)]
+pub fn fail_replica_at(replica: u32, update: u32) {
+    FAULT.store(u64::from(replica) << 32 | u64::from(update), Ordering::SeqCst);
+}
+
+fn injected_fault(peer: PeerId, update: u64) -> bool {
+    let planned = FAULT.load(Ordering::SeqCst);
+    planned != 0
+        && planned == u64::from(peer.0) << 32 | update
+        && FAULT
+            .compare_exchange(planned, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+}
