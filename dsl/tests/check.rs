@@ -74,8 +74,11 @@ fn data_parallel_counts_replicas_from_one_to_256() {
 
 #[test]
 fn data_parallel_refuses_lora_dropout() {
-    let source = with("arch = transformer", "arch = transformer, finetune = lora { dropout = 0.1 }")
-        .replace("batch = 16", "batch = 16, data_parallel = 2");
+    let source = with(
+        "arch = transformer",
+        "arch = transformer, finetune = lora { dropout = 0.1 }",
+    )
+    .replace("batch = 16", "batch = 16, data_parallel = 2");
     let d = error(&source);
     assert_eq!(text(&source, &d), "2");
     assert!(d.message.contains("dropout"), "{}", d.message);

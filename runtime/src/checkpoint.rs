@@ -428,11 +428,13 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// The experiment as compared on resume: everything but `train.steps`, which `--steps` may
-/// change.
+/// change, and `train.data_parallel`, which places the same arithmetic on more or fewer
+/// replicas (a run may resume on fewer after losing a node).
 fn comparable(spec: &spec::Experiment) -> serde_json::Result<serde_json::Value> {
     let mut value = serde_json::to_value(spec)?;
     if let Some(train) = value.get_mut("train").and_then(|t| t.as_object_mut()) {
         train.remove("steps");
+        train.remove("data_parallel");
     }
     Ok(value)
 }

@@ -105,14 +105,22 @@ impl Share {
 
     /// The share of `rows` in a batch of agent masks `scored` (one `Vec<bool>` per row),
     /// under `aggregation`.
-    pub fn of(scored: &[Vec<bool>], rows: std::ops::Range<usize>, aggregation: Aggregation) -> Share {
+    pub fn of(
+        scored: &[Vec<bool>],
+        rows: std::ops::Range<usize>,
+        aggregation: Aggregation,
+    ) -> Share {
         let tokens = |rows: &[Vec<bool>]| -> usize {
             rows.iter().map(|r| r.iter().filter(|m| **m).count()).sum()
         };
         let sequences =
             |rows: &[Vec<bool>]| -> usize { rows.iter().filter(|r| r.iter().any(|m| *m)).count() };
         let ratio = |part: usize, whole: usize| -> f32 {
-            if whole == 0 { 0.0 } else { (part as f64 / whole as f64) as f32 }
+            if whole == 0 {
+                0.0
+            } else {
+                (part as f64 / whole as f64) as f32
+            }
         };
         let part = &scored[rows];
         let aggregated = match aggregation {
@@ -175,7 +183,10 @@ pub fn policy_loss_share<B: Backend>(
     let mut kl_value = 0.0;
     if let (Some((estimator, coef)), Some(reference)) = (config.kl, ref_logprobs) {
         let kl = kl_estimate(logprobs, reference, estimator);
-        let kl = weigh(aggregate(kl, mask.clone(), config.aggregation), share.aggregated);
+        let kl = weigh(
+            aggregate(kl, mask.clone(), config.aggregation),
+            share.aggregated,
+        );
         kl_value = scalar(kl.clone());
         loss = loss + kl * coef;
     }

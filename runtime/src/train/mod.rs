@@ -45,9 +45,9 @@ use source::{Asynchronous, EpisodeSource, PipelineStats, Synchronous, refresh_st
 use state::{Critic, Identity, RunState};
 
 pub use crate::metrics::Evaluation;
+pub use replicas::fail_replica_at;
 pub use setup::TOKENIZER_VOCAB;
 pub use update::{LENGTH_BUCKET, score_in_buckets};
-pub use replicas::fail_replica_at;
 
 /// How to run an experiment, beyond what its file says.
 #[derive(Clone, Debug)]

@@ -20,7 +20,7 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -66,8 +66,18 @@ pub(super) struct Replicas<B: TrainBackend> {
 
 struct Peer {
     work: Option<Sender<Work>>,
-    failed: Receiver<String>,
+    outcomes: Receiver<Outcome>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// How a replica's update ended.
+enum Outcome {
+    /// Its step is taken.
+    Stepped,
+    /// It failed on its own: the step's cause.
+    Failed(String),
+    /// Its sum failed because another replica failed.
+    Aborted(String),
 }
 
 impl<B: TrainBackend> Replicas<B> {
@@ -88,11 +98,13 @@ impl<B: TrainBackend> Replicas<B> {
         let peers = (1..count)
             .map(|r| {
                 let (work, jobs) = mpsc::channel();
-                let (report, failed) = mpsc::channel();
+                let (report, outcomes) = mpsc::channel();
                 let replica = Replica {
                     peer: PeerId::from(r as u32),
                     device: device.clone(),
-                    policy: policy.clone(),
+                    // Fresh autodiff leaves: a replica's graph must not share nodes with the
+                    // leader's, or burn-autodiff merges the two graphs under one lock.
+                    policy: Policy::from_inner(policy.valid()),
                     optimizer: optimizer.clone(),
                     pad,
                     grad_clip,
@@ -105,7 +117,7 @@ impl<B: TrainBackend> Replicas<B> {
                     .map_err(|e| format!("cannot start replica {r}: {e}"))?;
                 Ok(Peer {
                     work: Some(work),
-                    failed,
+                    outcomes,
                     thread: Some(thread),
                 })
             })
@@ -139,29 +151,55 @@ impl<B: TrainBackend> Replicas<B> {
         }
     }
 
-    /// The leader's step on its own `loss` with `scalars` to sum: the summed loss decides,
-    /// the summed gradients step; `scalars` come back summed.
+    /// The leader's step on its own `loss` (computed during `turn`) with `scalars` to sum:
+    /// the summed loss decides, the summed gradients step; `scalars` come back summed.
     pub fn descend(
         &mut self,
         policy: Policy<B>,
         optimizer: &mut PolicyOptimizer<Policy<B>, B>,
         loss: Option<Tensor<B, 1>>,
+        turn: Turn,
         scalars: &mut Vec<f32>,
         lr: f64,
     ) -> Result<(Policy<B>, Descent), String> {
-        let mut sum = Collective::<B>::new(PeerId::from(0u32), &self.device, scalars);
+        let mut sum = Collective::<B>::new(PeerId::from(0u32), &self.device, scalars, turn);
         let stepped = descend_summed(policy, optimizer, loss, lr, self.grad_clip, &mut sum);
-        *scalars = sum.scalars;
-        stepped.map_err(|e| self.failure(e))
+        *scalars = std::mem::take(&mut sum.scalars);
+        drop(sum);
+        let stepped = stepped.map_err(|e| self.failure(e))?;
+        self.stepped()?;
+        Ok(stepped)
     }
 
-    /// Why the data-parallel step failed: the first replica that reported a failure (waiting
-    /// a moment for it), else the leader's own `error`.
+    /// Waits until every replica has taken its step: nothing the leader computes next (the
+    /// next rollouts) runs beside a replica's step, so a run does the same arithmetic in the
+    /// same order each time.
+    fn stepped(&mut self) -> Result<(), String> {
+        for i in 0..self.peers.len() {
+            match self.peers[i].outcomes.recv() {
+                Ok(Outcome::Stepped) => {}
+                Ok(Outcome::Failed(reason)) => {
+                    return Err(format!("replica {} failed: {reason}", i + 1));
+                }
+                Ok(Outcome::Aborted(reason)) => return Err(self.failure(reason)),
+                Err(_) => return Err(format!("replica {}'s thread has ended", i + 1)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Why the data-parallel step failed: the replica that failed on its own (waiting a
+    /// moment for its report), else the leader's own `error`.
     fn failure(&mut self, error: String) -> String {
         for (i, peer) in self.peers.iter().enumerate() {
-            match peer.failed.recv_timeout(Duration::from_secs(2)) {
-                Ok(reason) => return format!("replica {} failed: {reason}", i + 1),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            loop {
+                match peer.outcomes.recv_timeout(Duration::from_secs(2)) {
+                    Ok(Outcome::Failed(reason)) => {
+                        return format!("replica {} failed: {reason}", i + 1);
+                    }
+                    Ok(Outcome::Stepped | Outcome::Aborted(_)) => continue,
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                }
             }
         }
         format!("the gradient all-reduce failed: {error}")
@@ -203,32 +241,36 @@ struct Replica<B: TrainBackend> {
 }
 
 impl<B: TrainBackend> Replica<B> {
-    /// Registers, then takes each update sent until the leader hangs up; on a failure
-    /// reports it and resets the collective so no other replica waits for this one.
-    fn serve(mut self, config: CollectiveConfig, jobs: Receiver<Work>, report: Sender<String>) {
+    /// Registers, then takes each update sent until the leader hangs up, reporting each
+    /// outcome; on a failure resets the collective so no other replica waits for this one.
+    fn serve(mut self, config: CollectiveConfig, jobs: Receiver<Work>, report: Sender<Outcome>) {
         let peer = self.peer;
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
             burn_collective::register::<B::InnerBackend>(peer, self.device.clone(), config)
-                .map_err(|e| format!("cannot join the collective: {e:?}"))?;
+                .map_err(|e| Outcome::Failed(format!("cannot join the collective: {e:?}")))?;
             while let Ok(work) = jobs.recv() {
                 self.update(work)?;
+                if report.send(Outcome::Stepped).is_err() {
+                    break;
+                }
             }
-            Ok::<(), String>(())
+            Ok::<(), Outcome>(())
         }));
-        let reason = match outcome {
+        let failure = match outcome {
             Ok(Ok(())) => return,
-            Ok(Err(reason)) => reason,
-            Err(panic) => format!("it panicked: {}", panic_message(&*panic)),
+            Ok(Err(failure)) => failure,
+            Err(panic) => Outcome::Failed(format!("it panicked: {}", panic_message(&*panic))),
         };
-        let _ = report.send(reason);
+        let _ = report.send(failure);
         burn_collective::reset_collective::<B::InnerBackend>();
     }
 
-    fn update(&mut self, work: Work) -> Result<(), String> {
+    fn update(&mut self, work: Work) -> Result<(), Outcome> {
         self.updates += 1;
         if injected_fault(self.peer, self.updates) {
             panic!("a fault injected at its update {}", self.updates);
         }
+        let turn = Turn::take();
         let (loss, mut scalars, lr) = match work {
             Work::Sft {
                 transcripts,
@@ -257,8 +299,7 @@ impl<B: TrainBackend> Replica<B> {
                 }
             }
         };
-        eprintln!("DBG replica loss {:?}", loss.as_ref().map(|l| crate::algo::loss::scalar(l.clone())));
-        let mut sum = Collective::<B>::new(self.peer, &self.device, &scalars);
+        let mut sum = Collective::<B>::new(self.peer, &self.device, &scalars, turn);
         let policy = self.policy.clone();
         let (policy, _) = descend_summed(
             policy,
@@ -267,7 +308,8 @@ impl<B: TrainBackend> Replica<B> {
             lr,
             self.grad_clip,
             &mut sum,
-        )?;
+        )
+        .map_err(Outcome::Aborted)?;
         scalars.clear();
         self.policy = policy;
         Ok(())
@@ -289,14 +331,17 @@ struct Collective<B: AutodiffBackend> {
     peer: PeerId,
     device: B::Device,
     scalars: Vec<f32>,
+    /// This replica's turn to compute, given back while it waits for the sum.
+    turn: Option<Turn>,
 }
 
 impl<B: AutodiffBackend> Collective<B> {
-    fn new(peer: PeerId, device: &B::Device, scalars: &[f32]) -> Self {
+    fn new(peer: PeerId, device: &B::Device, scalars: &[f32], turn: Turn) -> Self {
         Collective {
             peer,
             device: device.clone(),
             scalars: scalars.to_vec(),
+            turn: Some(turn),
         }
     }
 }
@@ -329,12 +374,15 @@ impl<B: AutodiffBackend> GradientSum<B> for Collective<B> {
         )];
         parts.append(&mut flatten.parts);
         let flat = Tensor::cat(parts, 0);
+        self.turn = None;
         let summed = burn_collective::all_reduce::<B::InnerBackend>(
             self.peer,
             flat.into_primitive().tensor(),
             ReduceOperation::Sum,
         )
-        .map_err(|e| format!("{e:?}"))?;
+        .map_err(|e| format!("{e:?}"));
+        self.turn = Some(Turn::take());
+        let summed = summed?;
         let summed = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(summed));
         let head: Vec<f32> = summed
             .clone()
@@ -413,6 +461,29 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Unflatten<B> {
     }
 }
 
+/// A replica's turn to compute (its forward and backward passes, its optimizer step): one
+/// replica at a time.
+///
+/// The replicas share one device, and every flex kernel already runs on all its cores, so
+/// taking turns costs nothing; running concurrently would oversubscribe the cores, make
+/// rayon's reductions split differently from run to run (so the same seed would not give the
+/// same run), and two threads in burn-autodiff at once can deadlock on flex (a graph's lock
+/// held across rayon kernels). A replica gives its turn back while it waits for the sum.
+pub(super) struct Turn {
+    _held: MutexGuard<'static, ()>,
+}
+
+static COMPUTE: Mutex<()> = Mutex::new(());
+
+impl Turn {
+    /// Waits for this replica's turn.
+    pub fn take() -> Turn {
+        Turn {
+            _held: COMPUTE.lock().unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+}
+
 /// Held by a data-parallel run's replicas; the next one waits until it is dropped.
 struct Lease;
 
@@ -445,7 +516,10 @@ static FAULT: AtomicU64 = AtomicU64::new(0);
 /// a failing replica does to a run.
 #[doc(hidden)]
 pub fn fail_replica_at(replica: u32, update: u32) {
-    FAULT.store(u64::from(replica) << 32 | u64::from(update), Ordering::SeqCst);
+    FAULT.store(
+        u64::from(replica) << 32 | u64::from(update),
+        Ordering::SeqCst,
+    );
 }
 
 fn injected_fault(peer: PeerId, update: u64) -> bool {

@@ -202,9 +202,7 @@ impl<B: TrainBackend> Trainer<B> {
 /// RNG, and a copy of a module not used yet draws its own: drawing every parameter now, in
 /// module order, fixes the initial weights whatever uses the policy first (an evaluation's
 /// copy, a data-parallel replica, the first update).
-fn draw_initial_weights<B: burn::tensor::backend::Backend, M: burn::module::Module<B>>(
-    module: &M,
-) {
+fn draw_initial_weights<B: burn::tensor::backend::Backend, M: burn::module::Module<B>>(module: &M) {
     struct Draw;
     impl<B: burn::tensor::backend::Backend> burn::module::ModuleVisitor<B> for Draw {
         fn visit_float<const D: usize>(

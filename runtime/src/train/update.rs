@@ -11,7 +11,7 @@ use agentry_dsl::spec::{self, AlgorithmKind, KlPlacement, SftSource, ValueHead};
 use super::Trainer;
 use super::prepare::{self, AdvantageStats, Advantages, Example, PreparedStats};
 use super::record::StepStats;
-use super::replicas::{Replicas, Work};
+use super::replicas::{Replicas, Turn, Work};
 use super::shares::{
     RlRows, RlSettings, RlTerms, ValueSettings, rl_loss, sft_loss, split, token_share,
 };
@@ -376,12 +376,9 @@ impl<B: TrainBackend> Trainer<B> {
         }
         let mine = shares[0].clone();
         let share = token_share(&batch, mine.clone());
+        let turn = Turn::take();
         let loss = sft_loss(&self.state.policy, &batch[mine], pad, share);
-        for i in 0..batch.len() {
-            eprintln!("DBG row {i} share {} nll {:?} len {}", token_share(&batch, i..i + 1), sft_loss(&self.state.policy, &batch[i..i + 1], pad, 1.0).map(|l| crate::algo::loss::scalar(l)), batch[i].tokens.len());
-        }
-        eprintln!("DBG leader share {share} loss {:?} whole {:?}", loss.as_ref().map(|l| crate::algo::loss::scalar(l.clone())), sft_loss(&self.state.policy, &batch, pad, 1.0).map(|l| crate::algo::loss::scalar(l)));
-        let (descent, _) = self.step_together(loss, Vec::new(), lr, at)?;
+        let (descent, _) = self.step_together(loss, turn, Vec::new(), lr, at)?;
         Ok(descent)
     }
 
@@ -424,6 +421,7 @@ impl<B: TrainBackend> Trainer<B> {
         }
         let mine = shares[0].clone();
         let share = rows.share(mine.clone(), &settings.loss);
+        let turn = Turn::take();
         let loss = rl_loss(
             &self.state.policy,
             &rows.rows(mine),
@@ -436,7 +434,7 @@ impl<B: TrainBackend> Trainer<B> {
             Some((loss, terms)) => (Some(loss), terms),
             None => (None, RlTerms::from_slice(&[], value)),
         };
-        let (descent, sums) = self.step_together(loss, terms.to_vec(), lr, at)?;
+        let (descent, sums) = self.step_together(loss, turn, terms.to_vec(), lr, at)?;
         Ok((descent, RlTerms::from_slice(&sums, value)))
     }
 
@@ -486,6 +484,7 @@ impl<B: TrainBackend> Trainer<B> {
     fn step_together(
         &mut self,
         loss: Option<Tensor<B, 1>>,
+        turn: Turn,
         mut scalars: Vec<f32>,
         lr: f64,
         at: Update,
@@ -497,7 +496,14 @@ impl<B: TrainBackend> Trainer<B> {
         };
         let policy = self.state.policy.clone();
         let (policy, descent) = replicas
-            .descend(policy, &mut self.state.optimizer, loss, &mut scalars, lr)
+            .descend(
+                policy,
+                &mut self.state.optimizer,
+                loss,
+                turn,
+                &mut scalars,
+                lr,
+            )
             .map_err(|reason| RunError::DataParallel { at, reason })?;
         self.state.policy = policy;
         Ok((descent, scalars))
@@ -709,7 +715,10 @@ impl<B: TrainBackend> Trainer<B> {
 /// For each predicted position `1..width` of a transcript padded to `width`, whether the
 /// token there is the agent's: the one place agent tokens map to the rows of the loss
 /// tensors (`[n, width - 1]`, position `j` at column `j - 1`).
-pub(super) fn predicted_agent(transcript: &Transcript, width: usize) -> impl Iterator<Item = bool> + '_ {
+pub(super) fn predicted_agent(
+    transcript: &Transcript,
+    width: usize,
+) -> impl Iterator<Item = bool> + '_ {
     (1..width).map(|j| transcript.agent_mask.get(j).copied().unwrap_or(false))
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::common::{self, experiment, serial};
-use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall, ToolSchema};
+use crate::present::WithPresent;
 use agentry_runtime::checkpoint::{Checkpoint, CheckpointError, FORMAT_VERSION};
 use agentry_runtime::error::Update;
 use agentry_runtime::model::hf::load_policy;
@@ -706,77 +706,6 @@ fn missing_checkpoints_are_reported() {
     );
 }
 
-/// `Present`: a task won by taking part. Every episode counts as solved, however it ends (a
-/// `done()` call earns reward 1 and ends it; anything else runs to the turn limit), so even
-/// the tiny untrained policy fills the buffer of `sft_from = successes`.
-#[derive(Default)]
-struct Present;
-
-#[derive(Clone)]
-struct PresentEpisode {
-    over: bool,
-}
-
-impl TaskGenerator for Present {
-    fn version(&self) -> &str {
-        "present-1"
-    }
-
-    fn instance(&self, _: Split, _: u8, _: u64) -> Box<dyn Environment> {
-        Box::new(PresentEpisode { over: false })
-    }
-}
-
-impl Environment for PresentEpisode {
-    fn reset(&mut self) -> Reset {
-        Reset {
-            instruction: "say done".into(),
-            tools: vec![ToolSchema::new("done", "end the episode", vec![])],
-        }
-    }
-
-    fn step(&mut self, call: &ToolCall) -> Step {
-        if call.name != "done" {
-            return Step {
-                observation: "Error: the only tool is done()".into(),
-                reward: 0.0,
-                status: Status::InvalidAction,
-            };
-        }
-        self.over = true;
-        Step {
-            observation: "done".into(),
-            reward: 1.0,
-            status: Status::Completed,
-        }
-    }
-
-    fn oracle(&self) -> Option<ToolCall> {
-        (!self.over).then(|| ToolCall::new("done", []))
-    }
-
-    fn success(&self) -> bool {
-        true
-    }
-
-    fn box_clone(&self) -> Box<dyn Environment> {
-        Box::new(self.clone())
-    }
-}
-
-/// An experiment whose task `present` is [`Present`].
-struct WithPresent(agentry_dsl::Checked<agentry_dsl::spec::Experiment>);
-
-impl Experiment for WithPresent {
-    fn spec(&self) -> agentry_dsl::Checked<agentry_dsl::spec::Experiment> {
-        self.0.clone()
-    }
-
-    fn user_task(&self, name: &str) -> Option<Box<dyn TaskGenerator>> {
-        (name == "present").then(|| Box::new(Present) as Box<dyn TaskGenerator>)
-    }
-}
-
 #[test]
 fn sft_from_successes_and_truncated_importance_sampling_resume_exactly() {
     let _guard = serial();
@@ -790,7 +719,7 @@ fn sft_from_successes_and_truncated_importance_sampling_resume_exactly() {
             "sft = constant(0.5), sft_from = successes(keep = 6), is_cap = 2, epochs = 2, credit = turn, gamma = 0.9 }",
         )
         .replace("tiny_resume", "tiny_successes");
-    let experiment = WithPresent(agentry_dsl::check(&source).expect("the experiment checks"));
+    let experiment = WithPresent::solved_anyway(&source);
     let straight = run_experiment(&experiment, &scratch("successes-straight"), 4, None).unwrap();
     let expected = common::metrics_without_timings(&straight.run_dir);
     let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();
@@ -838,7 +767,7 @@ fn monte_carlo_credit_values_states_by_continuations_and_resumes_exactly() {
             "warmup = sft { steps = 40, lr = 1e-2, demonstrations = 8, batch = 4 }",
         )
         .replace("tiny_resume", "tiny_monte_carlo");
-    let experiment = WithPresent(agentry_dsl::check(&source).expect("the experiment checks"));
+    let experiment = WithPresent::solved_anyway(&source);
     let straight = run_experiment(&experiment, &scratch("mc-straight"), 4, None).unwrap();
     let expected = common::metrics_without_timings(&straight.run_dir);
     let rl: Vec<&serde_json::Value> = expected.iter().filter(|l| l["phase"] == "rl").collect();

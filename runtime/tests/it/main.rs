@@ -6,6 +6,7 @@
 //! weight-initialization RNG) is behind [`common::serial`]; see the `common` module docs.
 
 mod common;
+mod present;
 mod pretrained;
 
 mod checkpoint_resume;
