@@ -1,7 +1,7 @@
 //! Synchronous against asynchronous rollout, on episodes whose lengths have a long tail.
 //!
 //! ```text
-//! cargo run --release --example bench_pipeline [-- --steps 30] [--env-ms 20] [--quick]
+//! cargo run --release --example bench_pipeline [-- --steps 30] [--env-ms 20] [--data-parallel N] [--quick]
 //! ```
 //!
 //! Both runs train the same small policy with the same seed and number of steps on `wait`, a
@@ -12,6 +12,11 @@
 //! controller's threads wait out without using a core. Printed: trajectories trained on per
 //! second of RL, the ratio, and the trainer's idle fraction. Target (issue 6): async at least 1.5× sync, with the
 //! trainer idle under 10%.
+//!
+//! `--data-parallel N` adds a synchronous run whose updates are shared by `N` trainer replicas
+//! (`train { data_parallel = N }`) and prints what an update costs there against one trainer:
+//! on one CPU the replicas take turns on the same cores, so this is the price of splitting the
+//! batch and summing the gradients, not a speed-up.
 
 use std::path::{Path, PathBuf};
 
@@ -110,10 +115,10 @@ impl Experiment for Bench {
     }
 }
 
-fn source(mode: &str, steps: u64, batch: usize) -> String {
+fn source(mode: &str, steps: u64, batch: usize, replicas: usize) -> String {
     format!(
         r#"
-experiment bench_pipeline_{mode} {{
+experiment bench_pipeline_{mode}_{replicas} {{
     seed = 3
     device = flex
     model policy {{ arch = transformer {{ layers = 2, d_model = 64, heads = 4, context = 256 }} }}
@@ -124,6 +129,7 @@ experiment bench_pipeline_{mode} {{
     train {{
         steps = {steps}, batch = {batch}, lr = 1e-3, max_new_tokens = 8
         warmup = sft {{ steps = 40, lr = 1e-2, demonstrations = 16, batch = 8 }}
+        data_parallel = {replicas}
     }}
     eval {{ episodes = 4 }}
 }}
@@ -136,11 +142,12 @@ struct Measured {
     trajectories_per_second: f64,
     trainer_idle: f64,
     mean_turns: f64,
+    update_seconds: f64,
 }
 
 fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
     let text = std::fs::read_to_string(run_dir.join("metrics.jsonl"))?;
-    let (mut wall, mut waiting, mut steps, mut turns) = (0.0, 0.0, 0usize, 0.0);
+    let (mut wall, mut waiting, mut steps, mut turns, mut updating) = (0.0, 0.0, 0usize, 0.0, 0.0);
     for line in text.lines() {
         let record: serde_json::Value = serde_json::from_str(line)?;
         if record["phase"] != "rl" {
@@ -152,6 +159,7 @@ fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
         // one, `rollout_seconds` is the time it waited for finished episodes.
         wall += rollout + update;
         waiting += rollout;
+        updating += update;
         steps += 1;
         turns += record["tasks"]["wait"]["mean_turns"]
             .as_f64()
@@ -161,11 +169,13 @@ fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
         trajectories_per_second: (steps * batch) as f64 / wall.max(1e-9),
         trainer_idle: waiting / wall.max(1e-9),
         mean_turns: turns / steps.max(1) as f64,
+        update_seconds: updating / steps.max(1) as f64,
     })
 }
 
 fn main() -> agentry::Result<()> {
     let (mut steps, mut batch, mut env_ms) = (30u64, 16usize, 0u64);
+    let mut replicas = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -182,9 +192,20 @@ fn main() -> agentry::Result<()> {
                     .and_then(|n| n.parse().ok())
                     .ok_or_else(|| anyhow::anyhow!("--env-ms needs a number of milliseconds"))?;
             }
+            "--data-parallel" => {
+                replicas = Some(
+                    args.next()
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .filter(|&n| n > 1)
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("--data-parallel needs a number of replicas above 1")
+                        })?,
+                );
+            }
             "--quick" => (steps, batch) = (4, 8),
             other => anyhow::bail!(
-                "unknown argument `{other}`; usage: bench_pipeline [--steps N] [--env-ms MS] [--quick]"
+                "unknown argument `{other}`; usage: bench_pipeline [--steps N] [--env-ms MS] \
+                 [--data-parallel N] [--quick]"
             ),
         }
     }
@@ -195,14 +216,13 @@ fn main() -> agentry::Result<()> {
          step), one engine\n\
          | mode | trajectories/s | mean turns | trainer idle |\n|---|---:|---:|---:|"
     );
-    let mut rates = Vec::new();
-    for mode in ["sync", "async"] {
-        let spec = agentry::dsl::check(&source(mode, steps, batch)).map_err(|d| {
-            anyhow::anyhow!(
-                "{}",
-                d.render("bench_pipeline", &source(mode, steps, batch))
-            )
-        })?;
+    let mut runs = vec![("sync", 1), ("async", 1)];
+    runs.extend(replicas.map(|n| ("sync", n)));
+    let mut measured = Vec::new();
+    for (mode, replicas) in runs {
+        let source = source(mode, steps, batch, replicas);
+        let spec = agentry::dsl::check(&source)
+            .map_err(|d| anyhow::anyhow!("{}", d.render("bench_pipeline", &source)))?;
         let options = RunOptions {
             out: out.clone(),
             quiet: true,
@@ -210,18 +230,32 @@ fn main() -> agentry::Result<()> {
         };
         let latency = std::time::Duration::from_millis(env_ms);
         let summary = agentry::run(&Bench(spec, latency), &options)?;
-        let measured = measure(&summary.run_dir, batch)?;
+        let run = measure(&summary.run_dir, batch)?;
+        let label = if replicas > 1 {
+            format!("{mode}, {replicas} replicas")
+        } else {
+            mode.to_string()
+        };
         println!(
-            "| {mode} | {:.1} | {:.2} | {:.1}% |",
-            measured.trajectories_per_second,
-            measured.mean_turns,
-            measured.trainer_idle * 100.0
+            "| {label} | {:.1} | {:.2} | {:.1}% |",
+            run.trajectories_per_second,
+            run.mean_turns,
+            run.trainer_idle * 100.0
         );
-        rates.push(measured.trajectories_per_second);
+        measured.push(run);
     }
     println!(
         "\nasync / sync: {:.2}× (target >= 1.5×, trainer idle under 10%)",
-        rates[1] / rates[0].max(1e-9)
+        measured[1].trajectories_per_second / measured[0].trajectories_per_second.max(1e-9)
     );
+    if let (Some(replicas), Some(shared)) = (replicas, measured.get(2)) {
+        println!(
+            "an update on {replicas} replicas (taking turns on these cores) / on one trainer: \
+             {:.2}× the time ({:.3} s against {:.3} s a step)",
+            shared.update_seconds / measured[0].update_seconds.max(1e-9),
+            shared.update_seconds,
+            measured[0].update_seconds
+        );
+    }
     Ok(())
 }
