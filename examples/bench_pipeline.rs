@@ -1,17 +1,25 @@
-//! Synchronous against asynchronous rollout, on episodes whose lengths have a long tail.
+//! Synchronous against asynchronous rollout, with and without partial rollouts, on episodes
+//! whose lengths have a long tail.
 //!
 //! ```text
-//! cargo run --release --example bench_pipeline [-- --steps 30] [--env-ms 20] [--data-parallel N] [--quick]
+//! cargo run --release --example bench_pipeline [-- --steps 30] [--env-ms 100] [--engines 4]
+//!     [--max-staleness 4] [--data-parallel N] [--quick]
 //! ```
 //!
-//! Both runs train the same small policy with the same seed and number of steps on `wait`, a
+//! Every run trains the same small policy with the same seed and number of steps on `wait`, a
 //! task whose episodes last from 1 to 16 turns (most are short, a few long). A synchronous step
 //! waits for its longest episode; the asynchronous pipeline keeps a batch of episodes under way
-//! and trains on groups as they finish. `--env-ms` makes every environment step take that long
-//! (a tool call, a web page, a database: most real environments are not instant), which the
-//! controller's threads wait out without using a core. Printed: trajectories trained on per
-//! second of RL, the ratio, and the trainer's idle fraction. Target (issue 6): async at least 1.5× sync, with the
-//! trainer idle under 10%.
+//! and trains on groups as they finish, each episode taking up newly published weights never
+//! (`interrupt = never`), at its next turn (`turn`) or at its next token (`token`). `--env-ms`
+//! makes every environment step take that long (AgentBench's steps take seconds: a tool call, a
+//! web page, a database), which the controller's threads wait out without using a core.
+//! `--engines N` gives the asynchronous runs N rollout workers, each keeping a batch of
+//! episodes under way (a synchronous step plays one batch, whatever its engines), and
+//! `--max-staleness` their bound. Printed: trajectories trained on per second of RL, the
+//! trainer's idle fraction, an update's seconds (on shared cores the workers' generation slows
+//! it), the fraction of trained tokens an older policy sampled, and each async run's ratio to
+//! sync. Target (issue 21): async with partial rollouts at least 2× sync, with the trainer idle
+//! under 10%.
 //!
 //! `--data-parallel N` adds a synchronous run whose updates are shared by `N` trainer replicas
 //! (`train { data_parallel = N }`) and prints what an update costs there against one trainer:
@@ -115,17 +123,65 @@ impl Experiment for Bench {
     }
 }
 
-fn source(mode: &str, steps: u64, batch: usize, replicas: usize) -> String {
+/// One configuration the bench runs.
+struct Setup {
+    mode: &'static str,
+    /// `pool.interrupt`, in async mode.
+    interrupt: Option<&'static str>,
+    replicas: usize,
+}
+
+impl Setup {
+    fn label(&self) -> String {
+        let mut label = self.mode.to_string();
+        if let Some(interrupt) = self.interrupt {
+            label += &format!(", interrupt = {interrupt}");
+        }
+        if self.replicas > 1 {
+            label += &format!(", {} replicas", self.replicas);
+        }
+        label
+    }
+}
+
+/// What every run of the bench shares.
+struct Shared {
+    steps: u64,
+    batch: usize,
+    /// Asynchronous rollout workers, each keeping `batch` episodes under way.
+    engines: usize,
+    max_staleness: u64,
+}
+
+fn source(setup: &Setup, shared: &Shared) -> String {
+    let Shared {
+        steps,
+        batch,
+        engines,
+        max_staleness,
+    } = *shared;
+    let Setup {
+        mode,
+        interrupt,
+        replicas,
+    } = setup;
+    let interrupt = interrupt.map_or(String::new(), |i| format!(", interrupt = {i}"));
+    // One engine computes what any number computes in sync mode (all hold the same weights).
+    let engines = if *mode == "sync" { 1 } else { engines };
+    let name = setup.label().replace([',', ' ', '='], "_");
+    // Every episode under way may wait on its environment at once: the environment is not
+    // where the bench should queue.
+    let env_workers = batch * engines;
     format!(
         r#"
-experiment bench_pipeline_{mode}_{replicas} {{
+experiment bench_pipeline_{name} {{
     seed = 3
     device = flex
     model policy {{ arch = transformer {{ layers = 2, d_model = 64, heads = 4, context = 256 }} }}
     task wait {{ env = crate::Wait, max_turns = 16 }}
     // The KL penalty on the reward keeps every update non-trivial (all episodes succeed).
     algorithm grpo {{ group_size = 2, kl = k1(0.05, as = reward) }}
-    pool {{ engines = 1, max_staleness = 2, mode = {mode} }}
+    pool {{ engines = {engines}, max_staleness = {max_staleness}, mode = {mode}{interrupt}, env_workers = {env_workers} }}
     train {{
         steps = {steps}, batch = {batch}, lr = 1e-3, max_new_tokens = 8
         warmup = sft {{ steps = 40, lr = 1e-2, demonstrations = 16, batch = 8 }}
@@ -143,11 +199,14 @@ struct Measured {
     trainer_idle: f64,
     mean_turns: f64,
     update_seconds: f64,
+    /// Agent tokens trained on that an older policy than the fresh one sampled.
+    stale_tokens: f64,
 }
 
 fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
     let text = std::fs::read_to_string(run_dir.join("metrics.jsonl"))?;
     let (mut wall, mut waiting, mut steps, mut turns, mut updating) = (0.0, 0.0, 0usize, 0.0, 0.0);
+    let mut stale = 0.0;
     for line in text.lines() {
         let record: serde_json::Value = serde_json::from_str(line)?;
         if record["phase"] != "rl" {
@@ -160,6 +219,7 @@ fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
         wall += rollout + update;
         waiting += rollout;
         updating += update;
+        stale += record["stale_tokens"].as_f64().unwrap_or(0.0);
         steps += 1;
         turns += record["tasks"]["wait"]["mean_turns"]
             .as_f64()
@@ -170,11 +230,13 @@ fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
         trainer_idle: waiting / wall.max(1e-9),
         mean_turns: turns / steps.max(1) as f64,
         update_seconds: updating / steps.max(1) as f64,
+        stale_tokens: stale / steps.max(1) as f64,
     })
 }
 
 fn main() -> agentry::Result<()> {
     let (mut steps, mut batch, mut env_ms) = (30u64, 16usize, 0u64);
+    let (mut engines, mut max_staleness) = (1usize, 2u64);
     let mut replicas = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -202,10 +264,23 @@ fn main() -> agentry::Result<()> {
                         })?,
                 );
             }
+            "--engines" => {
+                engines = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--engines needs a positive integer"))?;
+            }
+            "--max-staleness" => {
+                max_staleness = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| anyhow::anyhow!("--max-staleness needs a number of steps"))?;
+            }
             "--quick" => (steps, batch) = (4, 8),
             other => anyhow::bail!(
                 "unknown argument `{other}`; usage: bench_pipeline [--steps N] [--env-ms MS] \
-                 [--data-parallel N] [--quick]"
+                 [--engines N] [--max-staleness S] [--data-parallel N] [--quick]"
             ),
         }
     }
@@ -213,14 +288,39 @@ fn main() -> agentry::Result<()> {
     let _ = std::fs::remove_dir_all(&out);
     println!(
         "{steps} RL steps of {batch} episodes (lengths 1-16 turns, long tail, {env_ms} ms a \
-         step), one engine\n\
-         | mode | trajectories/s | mean turns | trainer idle |\n|---|---:|---:|---:|"
+         step); async: {engines} engine(s), max_staleness {max_staleness}\n\
+         | mode | trajectories/s | mean turns | trainer idle | update s/step | stale tokens |\n\
+         |---|---:|---:|---:|---:|---:|"
     );
-    let mut runs = vec![("sync", 1), ("async", 1)];
-    runs.extend(replicas.map(|n| ("sync", n)));
+    let async_run = |interrupt| Setup {
+        mode: "async",
+        interrupt: Some(interrupt),
+        replicas: 1,
+    };
+    let mut setups = vec![
+        Setup {
+            mode: "sync",
+            interrupt: None,
+            replicas: 1,
+        },
+        async_run("never"),
+        async_run("turn"),
+        async_run("token"),
+    ];
+    setups.extend(replicas.map(|replicas| Setup {
+        mode: "sync",
+        interrupt: None,
+        replicas,
+    }));
     let mut measured = Vec::new();
-    for (mode, replicas) in runs {
-        let source = source(mode, steps, batch, replicas);
+    for setup in &setups {
+        let shared = Shared {
+            steps,
+            batch,
+            engines,
+            max_staleness,
+        };
+        let source = source(setup, &shared);
         let spec = agentry::dsl::check(&source)
             .map_err(|d| anyhow::anyhow!("{}", d.render("bench_pipeline", &source)))?;
         let options = RunOptions {
@@ -231,24 +331,27 @@ fn main() -> agentry::Result<()> {
         let latency = std::time::Duration::from_millis(env_ms);
         let summary = agentry::run(&Bench(spec, latency), &options)?;
         let run = measure(&summary.run_dir, batch)?;
-        let label = if replicas > 1 {
-            format!("{mode}, {replicas} replicas")
-        } else {
-            mode.to_string()
-        };
         println!(
-            "| {label} | {:.1} | {:.2} | {:.1}% |",
+            "| {} | {:.1} | {:.2} | {:.1}% | {:.3} | {:.1}% |",
+            setup.label(),
             run.trajectories_per_second,
             run.mean_turns,
-            run.trainer_idle * 100.0
+            run.trainer_idle * 100.0,
+            run.update_seconds,
+            run.stale_tokens * 100.0,
         );
         measured.push(run);
     }
-    println!(
-        "\nasync / sync: {:.2}× (target >= 1.5×, trainer idle under 10%)",
-        measured[1].trajectories_per_second / measured[0].trajectories_per_second.max(1e-9)
-    );
-    if let (Some(replicas), Some(shared)) = (replicas, measured.get(2)) {
+    let sync = measured[0].trajectories_per_second.max(1e-9);
+    for (setup, run) in setups.iter().zip(&measured).skip(1).take(3) {
+        println!(
+            "{} / sync: {:.2}×",
+            setup.label(),
+            run.trajectories_per_second / sync
+        );
+    }
+    println!("(target: async with partial rollouts >= 2× sync, trainer idle under 10%)");
+    if let (Some(replicas), Some(shared)) = (replicas, measured.get(4)) {
         println!(
             "an update on {replicas} replicas (taking turns on these cores) / on one trainer: \
              {:.2}× the time ({:.3} s against {:.3} s a step)",

@@ -18,9 +18,9 @@ use quote::quote;
 
 use crate::spec::{
     AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Arch, BuiltinEnv, Clip, Credit, Device,
-    Difficulty, EnvRef, Eval, EvalDecoding, Experiment, Filter, Finetune, Kl, KlEstimator,
-    KlPlacement, Model, Optimizer, Placement, Pool, PoolMode, Schedule, SftSource, Split, Stage,
-    Sweep, Task, Train, ValueHead, Warmup,
+    Difficulty, EnvRef, Eval, EvalDecoding, Experiment, Filter, Finetune, Interrupt, Kl,
+    KlEstimator, KlPlacement, Model, Optimizer, Placement, Pool, PoolMode, Schedule, SftSource,
+    Split, Stage, Sweep, Task, Train, ValueHead, Warmup,
 };
 
 /// The items for one experiment: a unit struct named after it and its `::agentry::Experiment`
@@ -514,6 +514,15 @@ fn pool(p: &Pool) -> TokenStream {
             quote!(::agentry::spec::Placement::Disaggregated { devices: #devices })
         }
     };
+    let interrupt = variant(
+        "Interrupt",
+        match p.interrupt {
+            Interrupt::Never => "Never",
+            Interrupt::Turn => "Turn",
+            Interrupt::Token => "Token",
+        },
+    );
+    let env_workers = option(&p.env_workers, |&n| size(n));
     quote! {
         ::agentry::spec::Pool {
             engines: #engines,
@@ -523,6 +532,8 @@ fn pool(p: &Pool) -> TokenStream {
             max_staleness: #max_staleness,
             mode: #mode,
             placement: #placement,
+            interrupt: #interrupt,
+            env_workers: #env_workers,
         }
     }
 }

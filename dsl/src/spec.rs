@@ -656,6 +656,30 @@ pub struct Pool {
     pub mode: PoolMode,
     /// Which devices the rollout engines run on. Default colocated.
     pub placement: Placement,
+    /// Asynchronous mode: where an episode under way takes up newly published weights.
+    #[serde(default)]
+    pub interrupt: Interrupt,
+    /// Environment calls (resets, steps) run at once by the controller; `None`: one per CPU
+    /// core. Environments that wait (remote workers, slow tools) want more.
+    #[serde(default)]
+    pub env_workers: Option<usize>,
+}
+
+/// Where an asynchronous rollout's episodes under way switch to newly published weights
+/// (partial rollouts: an episode may span several versions, each token keeping the version
+/// and log-probability it was sampled with).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Interrupt {
+    /// Never: an episode plays every turn with the weights it started with.
+    Never,
+    /// At the next turn: each turn is generated with the newest weights when it starts. The
+    /// default.
+    #[default]
+    Turn,
+    /// At the next token: a reply being generated goes on with the new weights from its next
+    /// token (its keys and values recomputed under them).
+    Token,
 }
 
 /// Where the rollout engines run, relative to the trainer.
@@ -1061,6 +1085,11 @@ impl SftSource {
     pub const DEFAULT_KEEP: usize = 256;
 }
 
+impl Pool {
+    /// The most environment calls `env_workers` may run at once.
+    pub const MAX_ENV_WORKERS: usize = 4096;
+}
+
 impl Default for Pool {
     /// A file without `pool { ... }`: one fresh engine, synchronous.
     fn default() -> Self {
@@ -1072,6 +1101,8 @@ impl Default for Pool {
             max_staleness: 1,
             mode: PoolMode::default(),
             placement: Placement::default(),
+            interrupt: Interrupt::default(),
+            env_workers: None,
         }
     }
 }

@@ -4,8 +4,8 @@ mod common;
 
 use agentry_dsl::check;
 use agentry_dsl::spec::{
-    AdvantageNorm, Aggregation, AlgorithmKind, Arch, Credit, EnvRef, EvalDecoding, KlEstimator,
-    KlPlacement, Optimizer, Placement, PoolMode, Schedule, SftSource, Split,
+    AdvantageNorm, Aggregation, AlgorithmKind, Arch, Credit, EnvRef, EvalDecoding, Interrupt,
+    KlEstimator, KlPlacement, Optimizer, Placement, PoolMode, Schedule, SftSource, Split,
 };
 use common::{MINIMAL, MULTITASK, at, error, errors, text};
 
@@ -607,6 +607,57 @@ fn disaggregated_placement_needs_async_mode() {
     let d = error(&source);
     assert_eq!(d.message, "disaggregated engines need `mode = async`");
     assert!(text(&source, &d).starts_with("disaggregated"));
+    assert!(d.hint.unwrap().contains("mode = async"));
+}
+
+#[test]
+fn interrupt_defaults_to_turn_and_takes_never_turn_token() {
+    let spec = check(MINIMAL).unwrap();
+    assert_eq!(spec.pool.interrupt, Interrupt::Turn);
+    for (name, interrupt) in [
+        ("never", Interrupt::Never),
+        ("turn", Interrupt::Turn),
+        ("token", Interrupt::Token),
+    ] {
+        let source = with(
+            "train {",
+            &format!("pool {{ mode = async, interrupt = {name} }}\n    train {{"),
+        );
+        let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("p.arl", &source)));
+        assert_eq!(spec.pool.interrupt, interrupt);
+    }
+    let source = with(
+        "train {",
+        "pool { mode = async, interrupt = tokens }\n    train {",
+    );
+    let d = error(&source);
+    assert_eq!(text(&source, &d), "tokens");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `token`?"));
+}
+
+#[test]
+fn env_workers_default_to_the_cores_and_are_bounded() {
+    assert_eq!(check(MINIMAL).unwrap().pool.env_workers, None);
+    let source = with("train {", "pool { env_workers = 64 }\n    train {");
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("p.arl", &source)));
+    assert_eq!(spec.pool.env_workers, Some(64));
+    for bad in ["0", "5000", "2.5"] {
+        let source = with(
+            "train {",
+            &format!("pool {{ env_workers = {bad} }}\n    train {{"),
+        );
+        let d = error(&source);
+        assert_eq!(text(&source, &d), bad);
+        assert!(d.message.contains("env_workers"), "{}", d.message);
+    }
+}
+
+#[test]
+fn interrupt_needs_async_mode() {
+    let source = with("train {", "pool { interrupt = token }\n    train {");
+    let d = error(&source);
+    assert_eq!(d.message, "`interrupt = token` needs `mode = async`");
+    assert_eq!(text(&source, &d), "token");
     assert!(d.hint.unwrap().contains("mode = async"));
 }
 

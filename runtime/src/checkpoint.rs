@@ -428,13 +428,16 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// The experiment as compared on resume: everything but `train.steps`, which `--steps` may
-/// change, and `train.data_parallel`, which places the same arithmetic on more or fewer
-/// replicas (a run may resume on fewer after losing a node).
+/// change, and where the same arithmetic runs: `train.data_parallel` (a run may resume on
+/// fewer replicas after losing a node) and `pool.env_workers`.
 fn comparable(spec: &spec::Experiment) -> serde_json::Result<serde_json::Value> {
     let mut value = serde_json::to_value(spec)?;
     if let Some(train) = value.get_mut("train").and_then(|t| t.as_object_mut()) {
         train.remove("steps");
         train.remove("data_parallel");
+    }
+    if let Some(pool) = value.get_mut("pool").and_then(|t| t.as_object_mut()) {
+        pool.remove("env_workers");
     }
     Ok(value)
 }

@@ -166,7 +166,7 @@ pub fn evaluate_endpoint(
     )?;
     run_dir.write_json("experiment.json", &spec)?;
     run_dir.write_json("task_versions.json", &task_versions)?;
-    let controller = Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?;
+    let controller = crate::tasks::controller(&spec).map_err(RunError::Controller)?;
     let specs = eval_specs(&spec);
     let task_names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
     let out = Progress::new(0, "", options.quiet);
@@ -332,6 +332,7 @@ fn play(
                 episode.turns.push(Turn {
                     tokens: 0,
                     version: 0,
+                    switches: Vec::new(),
                     step: Step {
                         observation: format!("Error: the endpoint failed: {why}"),
                         reward: 0.0,
@@ -358,6 +359,7 @@ fn play(
         episode.turns.push(Turn {
             tokens: answer.completion_tokens,
             version: 0,
+            switches: Vec::new(),
             step: step.clone(),
         });
         messages.push(ChatMessage::Assistant {

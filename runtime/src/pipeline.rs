@@ -17,6 +17,7 @@
 //! Timing decides which weights a turn sees, so an asynchronous run is not bit-reproducible;
 //! its random draws still all come from the experiment's seed.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
@@ -35,7 +36,7 @@ use crate::curriculum::training_draw;
 use crate::model::Kernels;
 use crate::model::{Policy, Sampling};
 use crate::pool::{Engines, Versioned, fresh_groups};
-use crate::rollout::{Episode, Stream};
+use crate::rollout::{Episode, Newer, Stream};
 use crate::text::ChatFormat;
 
 /// A policy with the number of updates it has had.
@@ -174,7 +175,9 @@ pub struct Worker<B: Kernels> {
 impl<B: Kernels> Worker<B> {
     /// Plays episodes until the board says stop or the trainer hangs up: keeps `train.batch`
     /// episodes under way (whole groups, drawn from the curriculum at the trainer's current
-    /// step), one turn at a time with the newest weights, and sends each as it ends.
+    /// step), one turn at a time, and sends each as it ends. Which weights a turn generates
+    /// with is `pool.interrupt`'s: the newest when the turn starts (`turn`), switching to newer
+    /// ones at the next token (`token`), or the ones its episode started with (`never`).
     pub fn run(self) {
         let seed = self.spec.seed ^ 0xa5c0_0000_0000_0000 ^ self.index as u64;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -188,29 +191,66 @@ impl<B: Kernels> Worker<B> {
         let group_size = self.spec.algorithm.group_size.max(1);
         let slots = self.spec.train.batch.max(group_size);
         let mut drawn = 0usize;
-        let mut replicas = self.device.clone().map(|device| Replicas {
+        let replicas = RefCell::new(self.device.clone().map(|device| Replicas {
             device,
             held: Vec::new(),
-        });
-        while !self.board.stopped() {
+        }));
+        let read = || {
             let published = self.board.read();
-            let (fresh, stale) = match &mut replicas {
+            match replicas.borrow_mut().as_mut() {
                 Some(replicas) => replicas.place(published, &self.board),
                 None => published,
-            };
+            }
+        };
+        let newer = |version: u64| {
+            let (fresh, _) = read();
+            (fresh.version > version).then_some(fresh)
+        };
+        // `interrupt = never`: the fresh weights of every version an episode under way started on.
+        let mut pinned: Vec<Arc<Weights<B>>> = Vec::new();
+        let cross_policy = self.spec.pool.cross_policy;
+        while !self.board.stopped() {
+            let (fresh, stale) = read();
             while stream.len() + group_size <= slots {
                 let group = self.index + self.workers * drawn;
                 drawn += 1;
                 let spec =
                     training_draw(&self.spec, &self.curriculum, fresh.version, group, &mut rng);
-                stream.admit(&vec![spec; group_size]);
+                stream.admit(&vec![spec; group_size], fresh.version);
             }
-            let engines = Engines {
-                fresh: fresh.borrowed(),
-                stale: stale.as_ref().map(|s| s.borrowed()),
-                cross_policy: self.spec.pool.cross_policy,
+            let stale = stale.as_ref().map(|s| s.borrowed());
+            let finished = match self.spec.pool.interrupt {
+                spec::Interrupt::Turn | spec::Interrupt::Token => {
+                    let engines = Engines {
+                        fresh: fresh.borrowed(),
+                        stale,
+                        cross_policy,
+                    };
+                    let token = self.spec.pool.interrupt == spec::Interrupt::Token;
+                    stream.turn(&engines, token.then_some(&newer as Newer<'_, B>), &mut rng)
+                }
+                spec::Interrupt::Never => {
+                    let under_way = stream.started_versions();
+                    pinned.retain(|w| under_way.contains(&w.version));
+                    if !pinned.iter().any(|w| w.version == fresh.version) {
+                        pinned.push(Arc::clone(&fresh));
+                    }
+                    let pinned = &pinned;
+                    stream.turn_pinned(
+                        |version| Engines {
+                            fresh: pinned
+                                .iter()
+                                .find(|w| w.version == version)
+                                .expect("the weights of every episode under way are pinned")
+                                .borrowed(),
+                            stale,
+                            cross_policy,
+                        },
+                        &mut rng,
+                    )
+                }
             };
-            for episode in stream.turn(&engines, &mut rng) {
+            for episode in finished {
                 let blocked = Instant::now();
                 if self.queue.send(episode).is_err() {
                     stream.cancel();

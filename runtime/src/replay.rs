@@ -529,9 +529,10 @@ fn play_recorded(
         let generation = Generation {
             tokens: turn.tokens.clone(),
             logprobs: turn.logprobs.clone(),
+            switches: Vec::new(),
         };
         let version = recorded.policy_versions.get(k).copied().unwrap_or(0);
-        match episode.record_turn(chat, &generation, version, step, recorded.context) {
+        match episode.record_turn(chat, &generation, version, &[], step, recorded.context) {
             TurnEnd::Running => {}
             TurnEnd::Environment => {
                 episode.success = session

@@ -10,14 +10,19 @@
 //! and an environment that panics or hangs ends only its own episode, with
 //! [`Status::TaskError`].
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use agentry_env::controller::{Controller, SessionId};
 use agentry_env::{Environment, Split, Status, Step, TaskGenerator, ToolCall};
 use rand::Rng;
 
 use crate::algo::returns_to_go;
 use crate::model::Kernels;
-use crate::model::{Generation, KeptCache, Policy, Sampling, generate, generate_kept};
-use crate::pool::{Engines, Pick};
+use crate::model::{
+    Generation, KeptCache, Policy, Sampling, generate, generate_kept, generate_switching,
+};
+use crate::pool::{Engines, Pick, Versioned};
 use crate::text::{ChatFormat, Transcript};
 
 /// Which instance an episode plays, and under what budget.
@@ -63,8 +68,12 @@ pub struct Turn {
     /// Agent tokens of the reply; the turns' counts sum to the transcript's agent tokens
     /// (unless the context cut the transcript, which then is empty).
     pub tokens: usize,
-    /// The version of the policy that generated it (cross-policy sampling mixes them).
+    /// The version of the policy that generated it (cross-policy sampling mixes them): with
+    /// partial rollouts, the one that generated its first token.
     pub version: u64,
+    /// Partial rollouts (`pool { interrupt = token }`): where newer weights took over the
+    /// reply, as (index of the first token they generated, their version), in order.
+    pub switches: Vec<(usize, u64)>,
     /// What the environment answered (the parser's error for a reply that is no call),
     /// including an observation the context could not hold: the transcript alone cannot give
     /// back the text, and a recorded trajectory needs it.
@@ -75,6 +84,17 @@ impl Turn {
     /// The turn's reward.
     pub fn reward(&self) -> f32 {
         self.step.reward
+    }
+
+    /// The version of the policy that generated each of its tokens.
+    pub fn token_versions(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.tokens).map(|k| {
+            self.switches
+                .iter()
+                .rev()
+                .find(|(from, _)| *from <= k)
+                .map_or(self.version, |&(_, version)| version)
+        })
     }
 }
 
@@ -185,6 +205,7 @@ pub fn play_in_pool<B: Kernels>(
         controller,
         sampling,
         context,
+        newer: None,
     };
     let forks = turns.run(&mut episodes, &mut sessions, plan, rng);
     (episodes, forks)
@@ -221,6 +242,7 @@ pub fn continue_forks<B: Kernels>(
         controller,
         sampling,
         context,
+        newer: None,
     };
     turns.run(&mut episodes, &mut sessions, None, rng);
     let mut returns = vec![Vec::new(); forks.len()];
@@ -244,6 +266,8 @@ pub struct Stream<'a> {
     context: usize,
     episodes: Vec<Episode>,
     sessions: Vec<Option<SessionId>>,
+    /// The version of the fresh weights each episode started with.
+    started: Vec<u64>,
 }
 
 impl<'a> Stream<'a> {
@@ -263,6 +287,7 @@ impl<'a> Stream<'a> {
             context,
             episodes: Vec::new(),
             sessions: Vec::new(),
+            started: Vec::new(),
         }
     }
 
@@ -276,48 +301,122 @@ impl<'a> Stream<'a> {
         self.episodes.is_empty()
     }
 
-    /// Starts the episodes of `specs` (their environments reset now).
-    pub fn admit(&mut self, specs: &[EpisodeSpec]) {
+    /// Starts the episodes of `specs` (their environments reset now), on fresh weights of
+    /// version `version`.
+    pub fn admit(&mut self, specs: &[EpisodeSpec], version: u64) {
         let (episodes, sessions) = start(self.chat, self.tasks, self.controller, specs);
         self.episodes.extend(episodes);
         self.sessions.extend(sessions);
+        self.started.resize(self.episodes.len(), version);
     }
 
-    /// Plays one turn of every episode under way with `engines`, and returns the episodes that
-    /// ended (in the order they joined).
+    /// The versions of fresh weights the episodes under way started with, oldest first.
+    pub fn started_versions(&self) -> Vec<u64> {
+        let mut versions = self.started.clone();
+        versions.sort_unstable();
+        versions.dedup();
+        versions
+    }
+
+    /// Plays one turn of every episode under way with `engines` (and, with `newer`, newer
+    /// fresh weights from the next token once some are published), and returns the episodes
+    /// that ended (in the order they joined).
     pub fn turn<B: Kernels>(
         &mut self,
         engines: &Engines<'_, B>,
+        newer: Option<Newer<'_, B>>,
         rng: &mut impl Rng,
     ) -> Vec<Episode> {
+        let everyone = vec![true; self.episodes.len()];
+        self.turn_of(&everyone, engines, newer, rng);
+        self.take_finished()
+    }
+
+    /// Plays one turn of every episode under way with the weights it started with
+    /// (`pool { interrupt = never }`): those that started on version `v` with `engines(v)`,
+    /// one batch per version. Returns the episodes that ended (in the order they joined).
+    pub fn turn_pinned<'w, B: Kernels + 'w>(
+        &mut self,
+        engines: impl Fn(u64) -> Engines<'w, B>,
+        rng: &mut impl Rng,
+    ) -> Vec<Episode> {
+        for version in self.started_versions() {
+            let members: Vec<bool> = self.started.iter().map(|&v| v == version).collect();
+            self.turn_of(&members, &engines(version), None, rng);
+        }
+        self.take_finished()
+    }
+
+    /// One turn of the episodes `members` marks.
+    fn turn_of<B: Kernels>(
+        &mut self,
+        members: &[bool],
+        engines: &Engines<'_, B>,
+        newer: Option<Newer<'_, B>>,
+        rng: &mut impl Rng,
+    ) {
         let turns = Turns {
             engines: *engines,
             chat: self.chat,
             controller: self.controller,
             sampling: self.sampling,
             context: self.context,
+            newer,
         };
-        let mut forks = Vec::new();
+        let mut episodes = Vec::new();
+        let mut others = Vec::new();
+        for (i, episode) in std::mem::take(&mut self.episodes).into_iter().enumerate() {
+            if members[i] {
+                episodes.push(episode);
+            } else {
+                others.push(episode);
+            }
+        }
+        let mut sessions: Vec<Option<SessionId>> = (0..members.len())
+            .filter(|&i| members[i])
+            .map(|i| self.sessions[i])
+            .collect();
         // Nothing is kept between calls: each may bring other weights (a new version).
         turns.turn(
-            &mut self.episodes,
-            &mut self.sessions,
+            &mut episodes,
+            &mut sessions,
             None,
-            &mut forks,
+            &mut Vec::new(),
             None,
             rng,
         );
+        let (mut played, mut others) = (episodes.into_iter(), others.into_iter());
+        let mut sessions = sessions.into_iter();
+        for (i, &member) in members.iter().enumerate() {
+            let next = if member {
+                self.sessions[i] = sessions.next().flatten();
+                played.next()
+            } else {
+                others.next()
+            };
+            self.episodes.extend(next);
+        }
+    }
+
+    /// Removes the episodes that ended, in the order they joined.
+    fn take_finished(&mut self) -> Vec<Episode> {
         let mut finished = Vec::new();
-        let mut running = (Vec::new(), Vec::new());
-        for (episode, session) in self.episodes.drain(..).zip(self.sessions.drain(..)) {
+        let mut running = (Vec::new(), Vec::new(), Vec::new());
+        let all = self
+            .episodes
+            .drain(..)
+            .zip(self.sessions.drain(..))
+            .zip(self.started.drain(..));
+        for ((episode, session), started) in all {
             if episode.is_running() {
                 running.0.push(episode);
                 running.1.push(session);
+                running.2.push(started);
             } else {
                 finished.push(episode);
             }
         }
-        (self.episodes, self.sessions) = running;
+        (self.episodes, self.sessions, self.started) = running;
         finished
     }
 
@@ -327,6 +426,7 @@ impl<'a> Stream<'a> {
             let _ = self.controller.cancel(session);
         }
         self.episodes.clear();
+        self.started.clear();
     }
 }
 
@@ -375,6 +475,29 @@ struct Turns<'a, B: Kernels> {
     controller: &'a Controller,
     sampling: &'a Sampling,
     context: usize,
+    /// Partial rollouts: where the fresh engine's replies get newer weights mid-reply.
+    newer: Option<Newer<'a, B>>,
+}
+
+/// Newer weights than the given version, once some are published: what a reply under way
+/// goes on with at its next token (`pool { interrupt = token }`).
+pub type Newer<'a, B> = &'a dyn Fn(u64) -> Option<Arc<Versioned<Policy<B>>>>;
+
+/// A policy a generation runs on: an engine's, or newer weights it took up on the way.
+enum Held<'a, B: Kernels> {
+    Engine(&'a Policy<B>),
+    Newer(Arc<Versioned<Policy<B>>>),
+}
+
+impl<B: Kernels> Deref for Held<'_, B> {
+    type Target = Policy<B>;
+
+    fn deref(&self) -> &Policy<B> {
+        match self {
+            Held::Engine(policy) => policy,
+            Held::Newer(weights) => &weights.weights,
+        }
+    }
 }
 
 impl<B: Kernels> Turns<'_, B> {
@@ -434,7 +557,7 @@ impl<B: Kernels> Turns<'_, B> {
             ..self.sampling.clone()
         };
         let picks: Vec<Pick> = active.iter().map(|_| self.engines.pick(rng)).collect();
-        let generations = self.generate(
+        let (generations, taken) = self.generate(
             &prompts,
             &active,
             &picks,
@@ -468,7 +591,7 @@ impl<B: Kernels> Turns<'_, B> {
                 Err(message) => unparsed(message),
             };
             let version = self.engines.engine(pick).version;
-            let end = episode.record_turn(chat, &generation, version, step, context);
+            let end = episode.record_turn(chat, &generation, version, &taken, step, context);
             if end != TurnEnd::Running
                 && let Some(kept) = kept.as_deref_mut()
             {
@@ -489,7 +612,8 @@ impl<B: Kernels> Turns<'_, B> {
 
     /// One turn's replies: each prompt (of episode `episodes[i]`) generated by the engine
     /// picked for it, one batched call per engine (fresh first), the replies back in prompt
-    /// order.
+    /// order; and the versions of the newer weights the fresh engine's replies took up on the
+    /// way, in order (a reply's switches are a prefix of them).
     fn generate(
         &self,
         prompts: &[Vec<u32>],
@@ -498,11 +622,12 @@ impl<B: Kernels> Turns<'_, B> {
         mut kept: Option<&mut KeptCaches<B>>,
         sampling: &Sampling,
         rng: &mut impl Rng,
-    ) -> Vec<Generation> {
+    ) -> (Vec<Generation>, Vec<u64>) {
         if picks.iter().all(|p| *p == Pick::Fresh) {
             return self.generate_on(Pick::Fresh, prompts, episodes, kept, sampling, rng);
         }
         let mut out: Vec<Option<Generation>> = vec![None; prompts.len()];
+        let mut taken = Vec::new();
         for pick in [Pick::Fresh, Pick::Stale] {
             let members: Vec<usize> = (0..prompts.len()).filter(|&i| picks[i] == pick).collect();
             if members.is_empty() {
@@ -510,13 +635,17 @@ impl<B: Kernels> Turns<'_, B> {
             }
             let subset: Vec<Vec<u32>> = members.iter().map(|&i| prompts[i].clone()).collect();
             let of: Vec<usize> = members.iter().map(|&i| episodes[i]).collect();
-            let generations =
+            let (generations, newer) =
                 self.generate_on(pick, &subset, &of, kept.as_deref_mut(), sampling, rng);
+            taken.extend(newer);
             for (i, generation) in members.into_iter().zip(generations) {
                 out[i] = Some(generation);
             }
         }
-        out.into_iter().map(Option::unwrap_or_default).collect()
+        (
+            out.into_iter().map(Option::unwrap_or_default).collect(),
+            taken,
+        )
     }
 
     /// The replies of engine `pick` to `prompts` (of episodes `episodes`). With `kept`, each
@@ -530,10 +659,24 @@ impl<B: Kernels> Turns<'_, B> {
         kept: Option<&mut KeptCaches<B>>,
         sampling: &Sampling,
         rng: &mut impl Rng,
-    ) -> Vec<Generation> {
-        let policy = self.engines.engine(pick).weights;
+    ) -> (Vec<Generation>, Vec<u64>) {
+        let engine = self.engines.engine(pick);
+        let policy = engine.weights;
+        if let (Pick::Fresh, Some(newer), None) = (pick, self.newer, &kept) {
+            let mut version = engine.version;
+            let mut taken = Vec::new();
+            let mut next = || {
+                let weights = newer(version)?;
+                version = weights.version;
+                taken.push(version);
+                Some(Held::Newer(weights))
+            };
+            let generations =
+                generate_switching(Held::Engine(policy), &mut next, prompts, sampling, rng);
+            return (generations, taken);
+        }
         let Some(kept) = kept else {
-            return generate(policy, prompts, sampling, rng);
+            return (generate(policy, prompts, sampling, rng), Vec::new());
         };
         let mut slots: Vec<_> = episodes.iter().map(|&e| kept.take(e, pick)).collect();
         let generations = generate_kept(policy, prompts, &mut slots, sampling, rng);
@@ -541,7 +684,7 @@ impl<B: Kernels> Turns<'_, B> {
             kept.put(e, pick, slot);
         }
         kept.trim();
-        generations
+        (generations, Vec::new())
     }
 }
 
@@ -688,7 +831,8 @@ impl Episode {
         true
     }
 
-    /// Appends one agent turn (the reply `generation` by policy `version`) and the
+    /// Appends one agent turn (the reply `generation` by policy `version`, and from each of its
+    /// switches on by the version `later` gives in order) and the
     /// environment's answer `step`, and decides whether the episode goes on: it ends when the
     /// environment says so, at its turn budget, or when no reply would fit after the
     /// observation (which is then not kept: training never sees more than `context` tokens).
@@ -699,6 +843,7 @@ impl Episode {
         chat: &ChatFormat,
         generation: &Generation,
         version: u64,
+        later: &[u64],
         step: Step,
         context: usize,
     ) -> TurnEnd {
@@ -728,6 +873,12 @@ impl Episode {
         self.turns.push(Turn {
             tokens: generation.tokens.len(),
             version,
+            switches: generation
+                .switches
+                .iter()
+                .copied()
+                .zip(later.iter().copied())
+                .collect(),
             step,
         });
         end

@@ -263,6 +263,8 @@ impl<'a> WarmupInputs<'a> {
             max_staleness: _,
             mode: _,
             placement,
+            interrupt: _,
+            env_workers: _,
         } = pool;
         let spec::Train {
             steps: _,

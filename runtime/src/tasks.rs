@@ -8,6 +8,7 @@
 use agentry_dsl::spec::{BuiltinEnv, EnvRef, Experiment as Spec};
 pub use agentry_env::RemoteTasks;
 use agentry_env::TaskGenerator;
+use agentry_env::controller::{Controller, ControllerConfig};
 
 /// A task of the spec that this build or this caller cannot provide a generator for.
 /// [`crate::RunError`] wraps it.
@@ -18,6 +19,14 @@ pub struct ResolveError {
     pub task: String,
     /// What is missing and what to do.
     pub reason: String,
+}
+
+/// The controller that runs the experiment's environment calls: `pool.env_workers` at once
+/// (one per CPU core when unset).
+pub fn controller(spec: &Spec) -> std::io::Result<Controller> {
+    let mut config = ControllerConfig::default();
+    config.workers = spec.pool.env_workers.unwrap_or(config.workers);
+    Controller::new(config)
 }
 
 /// The generator of a built-in task (its standard seed).

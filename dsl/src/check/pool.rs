@@ -2,7 +2,7 @@
 
 use crate::ast::{Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
-use crate::spec::{Placement, Pool, PoolMode};
+use crate::spec::{Interrupt, Placement, Pool, PoolMode};
 
 use super::table::Interval;
 use super::{Checker, Section};
@@ -16,6 +16,8 @@ impl Checker {
             "max_staleness",
             "mode",
             "placement",
+            "interrupt",
+            "env_workers",
         ];
         let table = self.table(section.body, "pool", &keys);
         let defaults = Pool::default();
@@ -46,6 +48,25 @@ impl Checker {
         let placement = match table.get("placement") {
             Some(v) => self.placement(v),
             None => Some(defaults.placement),
+        };
+        let interrupt = match table.get("interrupt") {
+            Some(v) => self.choice(
+                "interrupt",
+                v,
+                &[
+                    ("never", Interrupt::Never),
+                    ("turn", Interrupt::Turn),
+                    ("token", Interrupt::Token),
+                ],
+            ),
+            None => Some(defaults.interrupt),
+        };
+        let env_workers = match table.get("env_workers") {
+            Some(v) => self
+                .int_in("env_workers", v, 1, Pool::MAX_ENV_WORKERS as i128)
+                .and_then(|n| usize::try_from(n).ok())
+                .map(Some),
+            None => Some(defaults.env_workers),
         };
         let span_of = |key: &str| table.get(key).map_or(section.keyword.span, |v| v.span);
 
@@ -110,6 +131,26 @@ impl Checker {
                 ),
             );
         }
+        if let (Some(interrupt), Some(PoolMode::Sync), true) =
+            (interrupt, mode, table.get("interrupt").is_some())
+        {
+            let name = match interrupt {
+                Interrupt::Never => "never",
+                Interrupt::Turn => "turn",
+                Interrupt::Token => "token",
+            };
+            self.error(
+                Diagnostic::new(
+                    span_of("interrupt"),
+                    format!("`interrupt = {name}` needs `mode = async`"),
+                    "no weights arrive during a synchronous rollout",
+                )
+                .with_hint(
+                    "a synchronous step plays its whole batch with one version of the weights; \
+                     add `mode = async` or remove `interrupt`",
+                ),
+            );
+        }
         Some(Pool {
             engines: engines?,
             stale: stale?,
@@ -118,6 +159,8 @@ impl Checker {
             max_staleness: max_staleness?,
             mode: mode?,
             placement: placement?,
+            interrupt: interrupt?,
+            env_workers: env_workers?,
         })
     }
 

@@ -11,6 +11,8 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
+use std::ops::Deref;
+
 use rand::Rng;
 
 use super::kernels::{AttentionMask, Kernels};
@@ -114,6 +116,9 @@ pub struct Generation {
     /// smooth function of the weights). With temperature 1 it equals
     /// [`Policy::token_logprobs`]. Greedy decoding records the temperature-1 log-probability.
     pub logprobs: Vec<f32>,
+    /// Where the generation went on with newer weights ([`generate_switching`]): the index of
+    /// the first token each newer policy sampled, in order. Empty for one policy throughout.
+    pub switches: Vec<usize>,
 }
 
 /// Samples one continuation per prompt, all in one batch, with a KV cache.
@@ -131,7 +136,22 @@ pub fn generate<B: Kernels>(
     sampling: &Sampling,
     rng: &mut impl Rng,
 ) -> Vec<Generation> {
-    decode(policy, prompts, None, sampling, rng)
+    decode(policy, prompts, None, sampling, rng, None)
+}
+
+/// Like [`generate`], but asks `newer` between decode steps for newer weights, and goes on
+/// with them as soon as it gets some (partial rollouts, `pool { interrupt = token }`): every
+/// unfinished sequence is prefilled again under the new policy (prompt and tokens so far) and
+/// its next token sampled from it. Each token's log-probability is the one of the policy that
+/// sampled it; [`Generation::switches`] says where each newer policy took over.
+pub fn generate_switching<B: Kernels, P: Deref<Target = Policy<B>>>(
+    policy: P,
+    newer: &mut dyn FnMut() -> Option<P>,
+    prompts: &[Vec<u32>],
+    sampling: &Sampling,
+    rng: &mut impl Rng,
+) -> Vec<Generation> {
+    decode(policy, prompts, None, sampling, rng, Some(newer))
 }
 
 /// A sequence's keys and values, kept from the generation that produced them so that a
@@ -194,17 +214,24 @@ pub fn generate_kept<B: Kernels>(
     rng: &mut impl Rng,
 ) -> Vec<Generation> {
     assert_eq!(kept.len(), prompts.len(), "one kept cache slot per prompt");
-    decode(policy, prompts, Some(kept), sampling, rng)
+    decode(policy, prompts, Some(kept), sampling, rng, None)
 }
 
-/// [`generate`] and [`generate_kept`]: prefill, then one token per unfinished row per step.
-fn decode<B: Kernels>(
-    policy: &Policy<B>,
+/// [`generate`], [`generate_kept`] and [`generate_switching`]: prefill, then one token per
+/// unfinished row per step (with `newer`'s weights once it has some; never with `kept`, whose
+/// keys and values must come from one policy).
+fn decode<B: Kernels, P: Deref<Target = Policy<B>>>(
+    mut policy: P,
     prompts: &[Vec<u32>],
     mut kept: Option<&mut [Option<KeptCache<B>>]>,
     sampling: &Sampling,
     rng: &mut impl Rng,
+    mut newer: Option<&mut dyn FnMut() -> Option<P>>,
 ) -> Vec<Generation> {
+    debug_assert!(
+        kept.is_none() || newer.is_none(),
+        "kept caches hold one policy's keys"
+    );
     let mut decoder = Decoder::new(prompts, sampling, policy.context);
     if let Some(kept) = kept.as_deref_mut() {
         for (i, slot) in kept.iter_mut().enumerate() {
@@ -243,7 +270,7 @@ fn decode<B: Kernels>(
         .unwrap_or(width);
     let mut pads: Vec<usize> = lens.iter().map(|&len| width - len).collect();
     let row_prompts: Vec<&[u32]> = rows.iter().map(|&i| prompts[i].as_slice()).collect();
-    let (tokens, pos) = prefill_chunk(policy, &row_prompts, chunk, &pads);
+    let (tokens, pos) = prefill_chunk(&policy, &row_prompts, chunk, &pads);
     // Room for the longest prompt and every token a row may add (at most the context).
     let capacity = width + sampling.max_new_tokens.min(policy.context);
     let mut caches = vec![LayerCache::<B>::with_capacity(capacity); policy.blocks.len()];
@@ -281,7 +308,7 @@ fn decode<B: Kernels>(
         }
     }
     let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
-    let mut logits = last_logits(policy, hidden);
+    let mut logits = last_logits(&policy, hidden);
 
     loop {
         let keep = decoder.advance(&host(logits), policy.vocab, rng);
@@ -297,6 +324,22 @@ fn decode<B: Kernels>(
             decoder.retain(&keep);
             retain_rows(&mut caches, &mut pads, &keep, &device);
         }
+        // Newer weights: the rows go on from their tokens so far, prefilled under them.
+        if let Some(next) = newer.as_deref_mut().and_then(|newer| newer()) {
+            policy = next;
+            let sequences: Vec<Vec<u32>> = decoder
+                .rows
+                .iter()
+                .map(|&i| {
+                    let out = &mut decoder.out[i];
+                    out.switches.push(out.tokens.len());
+                    [prompts[i].as_slice(), &out.tokens].concat()
+                })
+                .collect();
+            let room = sampling.max_new_tokens - decoder.out[decoder.rows[0]].tokens.len();
+            (caches, pads, logits) = prefill_whole(&policy, &sequences, room);
+            continue;
+        }
         // Feed the new tokens.
         let (last, positions): (Vec<u32>, Vec<usize>) = decoder
             .rows
@@ -307,8 +350,24 @@ fn decode<B: Kernels>(
                 (last, prompts[i].len() + tokens.len() - 1)
             })
             .unzip();
-        logits = feed(policy, &last, &positions, &pads, &mut caches);
+        logits = feed(&policy, &last, &positions, &pads, &mut caches);
     }
+}
+
+/// `sequences` prefilled whole, left-padded into one batch with room for `room` more tokens
+/// each: the blocks' caches, each row's padding and the logits of every row's next token.
+fn prefill_whole<B: Kernels>(
+    policy: &Policy<B>,
+    sequences: &[Vec<u32>],
+    room: usize,
+) -> (Vec<LayerCache<B>>, Vec<usize>, Tensor<B, 2>) {
+    let width = sequences.iter().map(Vec::len).max().unwrap_or(0);
+    let pads: Vec<usize> = sequences.iter().map(|s| width - s.len()).collect();
+    let rows: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
+    let (tokens, pos) = prefill_chunk(policy, &rows, width, &pads);
+    let mut caches = vec![LayerCache::<B>::with_capacity(width + room); policy.blocks.len()];
+    let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
+    (caches, pads, last_logits(policy, hidden))
 }
 
 /// Keeps the batch rows at positions `keep` (in that order) in every block's cache and in

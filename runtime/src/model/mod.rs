@@ -20,7 +20,8 @@ mod transformer;
 
 pub use batch::ContinuousBatch;
 pub use generate::{
-    End, Generation, KeptCache, Sampling, generate, generate_kept, generate_uncached,
+    End, Generation, KeptCache, Sampling, generate, generate_kept, generate_switching,
+    generate_uncached,
 };
 pub use kernels::{Kernels, TrainBackend};
 pub use pretrained::{LoadError, Origin, Pretrained, base_digest, pretrained_config};

@@ -125,8 +125,10 @@ pub(super) fn credit(
 pub(super) struct Staleness {
     /// Turns by how many versions they lag the fresh policy.
     pub histogram: BTreeMap<u64, usize>,
-    /// Fraction of turns from an older policy.
+    /// Fraction of turns from an older policy (by their first token).
     pub stale_turns: f64,
+    /// Fraction of agent tokens from an older policy.
+    pub stale_tokens: f64,
     /// Episodes dropped (whole groups) for a turn more than `max_staleness` versions old.
     pub dropped: usize,
 }
@@ -149,11 +151,24 @@ pub(super) fn within_staleness(
         .filter(|(behind, _)| **behind > 0)
         .map(|(_, n)| n)
         .sum();
-    let stale_turns = if turns == 0 {
-        0.0
-    } else {
-        stale as f64 / turns as f64
+    let fraction = |part: usize, whole: usize| {
+        if whole == 0 {
+            0.0
+        } else {
+            part as f64 / whole as f64
+        }
     };
+    let stale_turns = fraction(stale, turns);
+    let (mut tokens, mut stale_tokens) = (0, 0);
+    for version in examples
+        .iter()
+        .flat_map(|e| &e.episode.turns)
+        .flat_map(|turn| turn.token_versions())
+    {
+        tokens += 1;
+        stale_tokens += usize::from(version < fresh_version);
+    }
+    let stale_tokens = fraction(stale_tokens, tokens);
     let (kept, dropped) = fresh_groups(
         examples,
         |e| e.episode.spec.group,
@@ -170,6 +185,7 @@ pub(super) fn within_staleness(
     let staleness = Staleness {
         histogram,
         stale_turns,
+        stale_tokens,
         dropped,
     };
     (kept, staleness)

@@ -51,8 +51,12 @@ impl RlRecord {
             Some(staleness) => Some(rollout.dropped.unwrap_or(0) + staleness.dropped),
             None => rollout.dropped,
         };
-        let (staleness, stale_turns) = match prepared.staleness {
-            Some(staleness) => (staleness.histogram, Some(staleness.stale_turns)),
+        let (staleness, stale_turns, stale_tokens) = match prepared.staleness {
+            Some(staleness) => (
+                staleness.histogram,
+                Some(staleness.stale_turns),
+                Some(staleness.stale_tokens),
+            ),
             None => Default::default(),
         };
         RlRecord {
@@ -83,6 +87,7 @@ impl RlRecord {
             mc_continuations: rollout.monte_carlo.map(|mc| mc.continuations),
             mc_value: rollout.monte_carlo.and_then(|mc| mc.mean_return),
             stale_turns,
+            stale_tokens,
             staleness,
             dropped,
             successes_kept: prepared.successes_kept,

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use agentry_env::controller::{Controller, ControllerConfig};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -170,8 +169,7 @@ impl<B: TrainBackend> Trainer<B> {
                 path: run_dir.path().join("tokenizer.json"),
                 source: std::io::Error::other(e.to_string()),
             })?;
-        let controller =
-            Arc::new(Controller::new(ControllerConfig::default()).map_err(RunError::Controller)?);
+        let controller = Arc::new(crate::tasks::controller(&spec).map_err(RunError::Controller)?);
         let tasks = Arc::new(tasks);
         Ok(Trainer {
             controller,

@@ -5,7 +5,7 @@
 use crate::common;
 use agentry_runtime::model::{
     Generation, KeptCache, Policy, PolicyConfig, Sampling, generate, generate_kept,
-    generate_uncached,
+    generate_switching, generate_uncached,
 };
 use burn::backend::Flex;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -290,21 +290,12 @@ fn kept_caches_continue_conversations_as_a_whole_prefill_would() {
     }
 }
 
-#[test]
-fn recorded_logprobs_are_what_training_scores() {
-    let p = policy(2, 16);
-    let sampling = Sampling {
-        temperature: 0.7,
-        top_k: Some(5),
-        top_p: 0.8,
-        max_new_tokens: 25,
-        ..Sampling::default()
-    };
-    let prompts = prompts();
-    let gens = run(&p, &sampling, 3);
+/// Each generated token's log-probability under `p` at temperature 0.7, given its prompt and
+/// the tokens before it.
+fn scored(p: &Policy<B>, prompts: &[Vec<u32>], gens: &[Generation]) -> Vec<Vec<f32>> {
     let rows: Vec<Vec<u32>> = prompts
         .iter()
-        .zip(&gens)
+        .zip(gens)
         .map(|(prompt, g)| prompt.iter().chain(&g.tokens).copied().collect())
         .collect();
     let width = rows.iter().map(Vec::len).max().unwrap();
@@ -324,9 +315,103 @@ fn recorded_logprobs_are_what_training_scores() {
         .collect();
     let logprobs = p.scored_logprobs(tokens, &scored, 0.7);
     let logprobs: Vec<f32> = logprobs.into_data().into_vec().unwrap();
-    for (r, (prompt, g)) in prompts.iter().zip(&gens).enumerate() {
-        let row = &logprobs[r * (width - 1)..(r + 1) * (width - 1)];
-        let recomputed = &row[prompt.len() - 1..prompt.len() - 1 + g.tokens.len()];
-        assert_close(&g.logprobs, recomputed, 1e-5, "recorded vs scored");
+    prompts
+        .iter()
+        .zip(gens)
+        .enumerate()
+        .map(|(r, (prompt, g))| {
+            let row = &logprobs[r * (width - 1)..(r + 1) * (width - 1)];
+            row[prompt.len() - 1..prompt.len() - 1 + g.tokens.len()].to_vec()
+        })
+        .collect()
+}
+
+fn scoring_sampling() -> Sampling {
+    Sampling {
+        temperature: 0.7,
+        top_k: Some(5),
+        top_p: 0.8,
+        max_new_tokens: 25,
+        ..Sampling::default()
     }
+}
+
+#[test]
+fn recorded_logprobs_are_what_training_scores() {
+    let p = policy(2, 16);
+    let prompts = prompts();
+    let gens = run(&p, &scoring_sampling(), 3);
+    for (g, recomputed) in gens.iter().zip(scored(&p, &prompts, &gens)) {
+        assert_close(&g.logprobs, &recomputed, 1e-5, "recorded vs scored");
+    }
+}
+
+/// Partial rollouts (`interrupt = token`): a generation that takes newer weights part-way
+/// samples every later token from them, each token's log-probability the one of the policy
+/// that sampled it; switching to the same weights changes nothing.
+#[test]
+fn a_generation_goes_on_with_newer_weights_from_the_next_token() {
+    let (old, new) = (policy(2, 16), policy(2, 17));
+    let prompts = prompts();
+    let sampling = scoring_sampling();
+    // After the third decode step: the prefill samples token 0, each step one more.
+    let switching = |to: &Policy<B>| {
+        let mut asked = 0;
+        let mut newer = || {
+            asked += 1;
+            (asked == 3).then_some(to)
+        };
+        generate_switching(
+            &old,
+            &mut newer,
+            &prompts,
+            &sampling,
+            &mut ChaCha8Rng::seed_from_u64(3),
+        )
+    };
+
+    let same = switching(&old);
+    let plain = run(&old, &sampling, 3);
+    for (s, p) in same.iter().zip(&plain) {
+        assert_eq!(s.tokens, p.tokens);
+        assert_close(
+            &s.logprobs,
+            &p.logprobs,
+            1e-5,
+            "switching to the same weights",
+        );
+    }
+
+    let gens = switching(&new);
+    let (by_old, by_new) = (scored(&old, &prompts, &gens), scored(&new, &prompts, &gens));
+    let mut switched = 0;
+    for (r, g) in gens.iter().enumerate() {
+        let at = match g.switches.as_slice() {
+            [] => {
+                // It ended before the switch.
+                assert!(g.tokens.len() <= 3, "row {r}: {g:?}");
+                g.tokens.len()
+            }
+            [at] => {
+                switched += 1;
+                *at
+            }
+            more => panic!("row {r} switched {} times", more.len()),
+        };
+        assert_eq!(at.min(3), at, "row {r}");
+        assert_close(
+            &g.logprobs[..at],
+            &by_old[r][..at],
+            1e-5,
+            "before the switch",
+        );
+        assert_close(
+            &g.logprobs[at..],
+            &by_new[r][at..],
+            1e-5,
+            "after the switch",
+        );
+    }
+    assert!(switched >= 3, "{switched} rows switched");
+    assert_ne!(gens, plain, "the newer weights sampled other tokens");
 }

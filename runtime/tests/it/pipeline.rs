@@ -57,6 +57,14 @@ fn an_async_run_trains_on_finished_groups_within_the_staleness_bound() {
             "engines = 2, stale = 1 { refresh_every = 2 }, cross_policy = 0.5, max_staleness = 3, mode = async",
             "async_cross_policy",
         ),
+        (
+            "engines = 2, max_staleness = 1, mode = async, interrupt = token",
+            "async_token",
+        ),
+        (
+            "engines = 2, max_staleness = 1, mode = async, interrupt = never",
+            "async_never",
+        ),
     ] {
         let source = experiment(pool, name);
         let summary = run(&source, &scratch(name), 6, None);
@@ -70,7 +78,7 @@ fn an_async_run_trains_on_finished_groups_within_the_staleness_bound() {
             assert!((0.0..=1.0).contains(&rollout_idle), "{line}");
             assert!(line["trajectories_per_second"].as_f64().unwrap() > 0.0);
             // Every trained turn is at most `max_staleness` versions behind step - 1.
-            let max_staleness = if name == "async_plain" { 1 } else { 3 };
+            let max_staleness = if name == "async_cross_policy" { 3 } else { 1 };
             let staleness = line["staleness"].as_object().unwrap();
             assert!(!staleness.is_empty(), "{line}");
             for behind in staleness.keys() {
@@ -78,6 +86,15 @@ fn an_async_run_trains_on_finished_groups_within_the_staleness_bound() {
                 assert!(behind <= max_staleness && behind < step, "{line}");
             }
             assert!(line["dropped"].as_u64().is_some(), "{line}");
+            let (turns, tokens) = (
+                line["stale_turns"].as_f64().unwrap(),
+                line["stale_tokens"].as_f64().unwrap(),
+            );
+            assert!((0.0..=1.0).contains(&turns) && (0.0..=1.0).contains(&tokens));
+            if name != "async_token" {
+                // A reply is one version's: a turn and its tokens are stale alike.
+                assert!(turns > 0.0 || tokens == 0.0, "{line}");
+            }
         }
         assert!(summary.after_rl.tasks.contains_key("kg"));
     }

@@ -1,13 +1,17 @@
 //! Rollout under the controller: an environment that panics ends only its own episode; context
 //! limits; snapshots and their continuations for Monte-Carlo credit.
 
+use std::sync::Arc;
+
 use crate::common;
 use agentry_env::controller::{Controller, ControllerConfig};
 use agentry_env::kg::Kg;
 use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCall};
 use agentry_runtime::model::{Policy, PolicyConfig, Sampling};
-use agentry_runtime::pool::{Engine, Engines};
-use agentry_runtime::rollout::{EpisodeSpec, ForkPlan, continue_forks, play, play_in_pool};
+use agentry_runtime::pool::{Engine, Engines, Versioned};
+use agentry_runtime::rollout::{
+    Episode, EpisodeSpec, ForkPlan, Stream, continue_forks, play, play_in_pool,
+};
 use agentry_runtime::text::{ChatFormat, Tokenizer};
 use burn::backend::Flex;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -393,4 +397,121 @@ fn cross_policy_sampling_records_each_turns_engine_and_its_log_probabilities() {
             }
         }
     }
+}
+
+/// Each agent token's log-probability under `policy`, by transcript position (`None` where
+/// the mask says it is not the agent's).
+fn agent_logprobs(episode: &Episode, policy: &Policy<Flex>) -> Vec<f32> {
+    let tokens = &episode.transcript.tokens;
+    let row = Tensor::<Flex, 2, Int>::from_data(
+        TensorData::new(
+            tokens.iter().map(|&t| i64::from(t)).collect(),
+            [1, tokens.len()],
+        ),
+        &Default::default(),
+    );
+    let all = vec![true; tokens.len() - 1];
+    policy
+        .scored_logprobs(row, &all, 1.0)
+        .into_data()
+        .into_vec()
+        .unwrap()
+}
+
+/// Partial rollouts in a stream (`interrupt = token`): a reply under way when newer weights
+/// come goes on with them from its next token; each token keeps the log-probability and the
+/// version of the weights that sampled it. `interrupt = never`: every episode plays each turn
+/// with the weights it started with, whatever came since.
+#[test]
+fn a_stream_switches_weights_mid_reply_or_keeps_each_episodes_own() {
+    let tasks: Vec<Box<dyn TaskGenerator>> = vec![Box::new(PATIENT)];
+    let chat = chat();
+    let old = policy_seeded(&chat, 1);
+    // Not a clone of a policy: burn draws a parameter's initial value at its first use, and a
+    // clone taken before it draws its own.
+    let newer = Arc::new(Versioned {
+        weights: policy_seeded(&chat, 2),
+        version: 4,
+    });
+    let new = &newer.weights;
+    let controller = Controller::new(ControllerConfig::default()).unwrap();
+    let sampling = Sampling {
+        max_new_tokens: 12,
+        ..Sampling::default()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let fresh = |policy, version| Engines {
+        fresh: Engine {
+            weights: policy,
+            version,
+        },
+        stale: None,
+        cross_policy: 0.0,
+    };
+
+    // Token: newer weights are offered at the third decode step of every turn.
+    let mut stream = Stream::new(&chat, &tasks, &controller, &sampling, 256);
+    stream.admit(&specs(1, 3)[..4], 3);
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    let offer = |version: u64| {
+        let calls = asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        (version < 4 && calls.is_multiple_of(3)).then(|| Arc::clone(&newer))
+    };
+    let mut episodes = Vec::new();
+    while !stream.is_empty() {
+        episodes.extend(stream.turn(&fresh(&old, 3), Some(&offer), &mut rng));
+    }
+    assert_eq!(episodes.len(), 4);
+    let mut switched = 0;
+    for episode in &episodes {
+        let (by_old, by_new) = (agent_logprobs(episode, &old), agent_logprobs(episode, new));
+        for (turn, positions) in episode.turns.iter().zip(episode.reply_positions()) {
+            assert_eq!(turn.version, 3);
+            assert!(turn.switches.len() <= 1, "{:?}", turn.switches);
+            switched += turn.switches.len();
+            if let Some(&(at, version)) = turn.switches.first() {
+                assert_eq!(version, 4);
+                assert!(0 < at && at < turn.tokens, "{at} of {}", turn.tokens);
+            }
+            for (k, (j, version)) in positions.into_iter().zip(turn.token_versions()).enumerate() {
+                let scores = if version == 4 { &by_new } else { &by_old };
+                let (recorded, scored) = (episode.logprobs[j], scores[j - 1]);
+                assert!(
+                    (recorded - scored).abs() < 1e-4,
+                    "reply token {k} (version {version}): recorded {recorded}, scored {scored}"
+                );
+            }
+        }
+    }
+    assert!(switched > 0, "some reply took the newer weights");
+
+    // Never: episodes that started on version 3 keep it after version 4 arrives; those
+    // admitted since play on version 4.
+    let mut stream = Stream::new(&chat, &tasks, &controller, &sampling, 256);
+    stream.admit(&specs(1, 3)[..2], 3);
+    let pinned = |version| match version {
+        3 => fresh(&old, 3),
+        4 => fresh(new, 4),
+        other => panic!("no episode started on version {other}"),
+    };
+    let mut episodes = stream.turn_pinned(pinned, &mut rng);
+    stream.admit(&specs(1, 3)[2..4], 4);
+    assert_eq!(stream.started_versions().last(), Some(&4));
+    while !stream.is_empty() {
+        episodes.extend(stream.turn_pinned(pinned, &mut rng));
+    }
+    assert_eq!(episodes.len(), 4);
+    for episode in &episodes {
+        let started = if episode.spec.index < 2 { 3 } else { 4 };
+        assert!(
+            episode
+                .turns
+                .iter()
+                .all(|t| t.version == started && t.switches.is_empty()),
+            "episode {}: {:?}",
+            episode.spec.index,
+            episode.turns.iter().map(|t| t.version).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(controller.stats().live_sessions, 0);
 }

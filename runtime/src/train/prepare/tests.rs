@@ -35,6 +35,7 @@ fn episode(group: usize, task: usize, turns: &[(f32, u64, usize)], success: bool
             .map(|&(reward, version, tokens)| Turn {
                 tokens,
                 version,
+                switches: Vec::new(),
                 step: Step {
                     observation: String::new(),
                     reward,
@@ -138,6 +139,27 @@ fn staleness_drops_whole_groups_and_counts_turns_by_lag() {
     let (kept, staleness) = within_staleness(Vec::new(), 5, 2);
     assert!(kept.is_empty());
     assert_eq!(staleness, Staleness::default());
+}
+
+/// Partial rollouts: a turn whose reply newer weights took over counts as stale by its first
+/// token for the bound, and by each token for `stale_tokens`.
+#[test]
+fn staleness_is_measured_per_token_when_a_reply_spans_versions() {
+    let mut spanning = episode(0, 0, &[(0.0, 3, 4)], false);
+    spanning.turns[0].switches = vec![(1, 4), (3, 5)];
+    assert_eq!(
+        spanning.turns[0].token_versions().collect::<Vec<_>>(),
+        [3, 4, 4, 5]
+    );
+    let episodes = vec![spanning, episode(0, 0, &[(0.0, 5, 4)], false)];
+    let (kept, staleness) = within_staleness(credit(episodes.clone(), None, None), 5, 2);
+    assert_eq!(kept.len(), 2);
+    assert_eq!(staleness.stale_turns, 0.5);
+    assert_eq!(staleness.stale_tokens, 3.0 / 8.0);
+    // Its first token is 2 versions behind: a bound of 1 drops the group.
+    let (kept, staleness) = within_staleness(credit(episodes, None, None), 5, 1);
+    assert!(kept.is_empty());
+    assert_eq!(staleness.dropped, 2);
 }
 
 #[test]
