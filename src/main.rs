@@ -93,6 +93,11 @@ enum Command {
         /// Which final evaluation to compare.
         #[arg(long, value_enum, default_value_t = DecodingArg::Greedy)]
         decoding: DecodingArg,
+        /// Instead, every configuration minus this one, seed by seed (a configuration of the
+        /// runs: `base`, or `EXPERIMENT/LABEL`); its own first row is its gain over its
+        /// warm-up. Mean differences with 95% Student-t intervals.
+        #[arg(long, value_name = "BASE")]
+        paired: Option<String>,
         /// Also write the table to this file.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -323,23 +328,25 @@ fn main() -> ExitCode {
         Command::Compare {
             runs,
             decoding,
+            paired,
             out,
         } => {
             let decoding = match decoding {
                 DecodingArg::Greedy => agentry::compare::Decoding::Greedy,
                 DecodingArg::Sampled => agentry::compare::Decoding::Sampled,
             };
-            let result = agentry::compare::compare(&runs, decoding)
-                .map_err(|e| format!("error: {e}"))
-                .and_then(|comparison| {
-                    let table = comparison.markdown();
-                    print!("{table}");
-                    match &out {
-                        Some(path) => std::fs::write(path, &table)
-                            .map_err(|e| format!("error: cannot write `{}`: {e}", display(path))),
-                        None => Ok(()),
-                    }
-                });
+            let table = match &paired {
+                Some(base) => agentry::compare::paired(&runs, base, decoding).map(|p| p.markdown()),
+                None => agentry::compare::compare(&runs, decoding).map(|c| c.markdown()),
+            };
+            let result = table.map_err(|e| format!("error: {e}")).and_then(|table| {
+                print!("{table}");
+                match &out {
+                    Some(path) => std::fs::write(path, &table)
+                        .map_err(|e| format!("error: cannot write `{}`: {e}", display(path))),
+                    None => Ok(()),
+                }
+            });
             finish(result)
         }
         Command::Controller { host, port, token } => {

@@ -715,6 +715,57 @@ fn run_expands_a_sweep_and_compare_tabulates_it() {
     }
     assert!(table.contains("Student's t interval"), "{table}");
 
+    // Seed by seed against the base: each seed's difference, and the base's gain over its
+    // warm-up first.
+    let out = agentry(&[
+        "compare",
+        out_dir.join("tiny_sweep").to_str().unwrap(),
+        "--paired",
+        "base",
+    ]);
+    let paired = assert_success(&out);
+    let per_seed = |a: &[&std::path::PathBuf],
+                    a_label: &str,
+                    b: &[&std::path::PathBuf],
+                    b_label: &str|
+     -> String {
+        (0..2)
+            .map(|i| {
+                let d = evaluation(a[i], a_label).0 - evaluation(b[i], b_label).0;
+                format!("{}: {d:+.3}", i + 1)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for line in [
+        format!(
+            "- base: final − after warm-up: {}",
+            per_seed(&base, "final", &base, "warmup")
+        ),
+        format!(
+            "- ablate.algorithm.entropy=0.01 − base: {}",
+            per_seed(&ablated, "final", &base, "final")
+        ),
+    ] {
+        assert!(paired.contains(&line), "{line}\n{paired}");
+    }
+    assert!(
+        paired.contains("| base: final − after warm-up | 2 |"),
+        "{paired}"
+    );
+    let out = agentry(&[
+        "compare",
+        out_dir.join("tiny_sweep").to_str().unwrap(),
+        "--paired",
+        "nothing",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`--paired nothing`: no configuration"),
+        "{stderr}"
+    );
+
     // One configuration and one seed of it.
     let part = root.join("part");
     let out = agentry(&[
