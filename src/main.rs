@@ -98,6 +98,11 @@ enum Command {
         /// warm-up. Mean differences with 95% Student-t intervals.
         #[arg(long, value_name = "BASE")]
         paired: Option<String>,
+        /// Also draw learning curves into this directory: per task and overall, one line per
+        /// configuration, the mean over seeds at each evaluation with its 95% t band
+        /// (`curves-TASK.png` and `.svg`).
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
         /// Also write the table to this file.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -329,6 +334,7 @@ fn main() -> ExitCode {
             runs,
             decoding,
             paired,
+            plot,
             out,
         } => {
             let decoding = match decoding {
@@ -339,14 +345,26 @@ fn main() -> ExitCode {
                 Some(base) => agentry::compare::paired(&runs, base, decoding).map(|p| p.markdown()),
                 None => agentry::compare::compare(&runs, decoding).map(|c| c.markdown()),
             };
-            let result = table.map_err(|e| format!("error: {e}")).and_then(|table| {
-                print!("{table}");
-                match &out {
-                    Some(path) => std::fs::write(path, &table)
-                        .map_err(|e| format!("error: cannot write `{}`: {e}", display(path))),
+            let result = table
+                .map_err(|e| format!("error: {e}"))
+                .and_then(|table| {
+                    print!("{table}");
+                    match &out {
+                        Some(path) => std::fs::write(path, &table)
+                            .map_err(|e| format!("error: cannot write `{}`: {e}", display(path))),
+                        None => Ok(()),
+                    }
+                })
+                .and_then(|()| match &plot {
+                    Some(dir) => agentry::compare::plot(&runs, decoding, dir)
+                        .map(|written| {
+                            for png in written {
+                                println!("wrote {}", display(&png));
+                            }
+                        })
+                        .map_err(|e| format!("error: {e}")),
                     None => Ok(()),
-                }
-            });
+                });
             finish(result)
         }
         Command::Controller { host, port, token } => {

@@ -717,13 +717,27 @@ fn run_expands_a_sweep_and_compare_tabulates_it() {
 
     // Seed by seed against the base: each seed's difference, and the base's gain over its
     // warm-up first.
+    let curves = root.join("curves");
     let out = agentry(&[
         "compare",
         out_dir.join("tiny_sweep").to_str().unwrap(),
         "--paired",
         "base",
+        "--plot",
+        curves.to_str().unwrap(),
     ]);
     let paired = assert_success(&out);
+    // And the learning curves, a chart per task and overall.
+    for chart in ["curves-kg", "curves-overall"] {
+        let png = curves.join(format!("{chart}.png"));
+        assert!(
+            paired.contains(&format!("wrote {}", png.display())),
+            "{paired}"
+        );
+        assert!(std::fs::metadata(&png).unwrap().len() > 1000);
+        let svg = std::fs::read_to_string(curves.join(format!("{chart}.svg"))).unwrap();
+        assert!(svg.contains("ablate.algorithm.entropy=0.01"), "{chart}");
+    }
     let per_seed = |a: &[&std::path::PathBuf],
                     a_label: &str,
                     b: &[&std::path::PathBuf],

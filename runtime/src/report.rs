@@ -238,26 +238,27 @@ impl Run {
                 .filter(|line| !line.points.is_empty())
                 .collect();
             charts.push(Chart {
-                file: "train_success",
+                file: "train_success".into(),
                 title: "Training success per task".into(),
                 y_label: "success (training episodes)",
                 unit_range: true,
                 lines: per_task,
             });
-            let series = |file, title: &str, y_label, value: fn(&RlRecord) -> Option<f64>| Chart {
-                file,
-                title: title.into(),
-                y_label,
-                unit_range: false,
-                lines: vec![Line {
-                    label: y_label.to_string(),
-                    points: rl
-                        .iter()
-                        .filter_map(|r| Some((r.step as f64, value(r)?)))
-                        .collect(),
-                    band: Vec::new(),
-                }],
-            };
+            let series =
+                |file: &str, title: &str, y_label, value: fn(&RlRecord) -> Option<f64>| Chart {
+                    file: file.into(),
+                    title: title.into(),
+                    y_label,
+                    unit_range: false,
+                    lines: vec![Line {
+                        label: y_label.to_string(),
+                        points: rl
+                            .iter()
+                            .filter_map(|r| Some((r.step as f64, value(r)?)))
+                            .collect(),
+                        band: Vec::new(),
+                    }],
+                };
             charts.push(series("return", "Mean return", "mean return", |r| {
                 Some(r.mean_return)
             }));
@@ -302,7 +303,8 @@ impl Run {
                 file: match decoding {
                     Decoding::Greedy => "eval_success_greedy",
                     Decoding::Sampled => "eval_success_sampled",
-                },
+                }
+                .into(),
                 title: format!("Held-out success per task, {} (95% CI)", decoding.name()),
                 y_label: "success",
                 unit_range: true,
@@ -665,24 +667,25 @@ fn read_json(path: &Path) -> Result<Value, ReportError> {
 }
 
 /// One curve of a chart, with an optional band `(x, low, high)`.
-struct Line {
-    label: String,
-    points: Vec<(f64, f64)>,
-    band: Vec<(f64, f64, f64)>,
+pub(crate) struct Line {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    pub band: Vec<(f64, f64, f64)>,
 }
 
-/// One plot: saved as `plots/FILE.png` and `plots/FILE.svg`.
-struct Chart {
-    file: &'static str,
-    title: String,
-    y_label: &'static str,
+/// One plot over RL steps: saved as `FILE.png` and `FILE.svg` (a run's are in `plots/`).
+pub(crate) struct Chart {
+    pub file: String,
+    pub title: String,
+    pub y_label: &'static str,
     /// The y axis is a rate: [0, 1].
-    unit_range: bool,
-    lines: Vec<Line>,
+    pub unit_range: bool,
+    pub lines: Vec<Line>,
 }
 
 impl Chart {
-    fn save(&self, dir: &Path) -> Result<(), ReportError> {
+    /// Writes the chart into `dir` as SVG and PNG.
+    pub(crate) fn save(&self, dir: &Path) -> Result<(), ReportError> {
         let fail = |path: PathBuf| move |message: String| ReportError::Plot { path, message };
         let svg_path = dir.join(format!("{}.svg", self.file));
         let mut svg = String::new();

@@ -17,8 +17,10 @@ use serde::Deserialize;
 
 use crate::metrics::{RunConfig, wilson};
 
+mod curves;
 mod paired;
 
+pub use curves::plot;
 pub use paired::{Difference, Paired, PairedRow, paired};
 
 /// Why runs could not be compared. Every variant names the file or directory at fault.
@@ -61,6 +63,9 @@ pub enum CompareError {
         /// The decoding asked for.
         decoding: Decoding,
     },
+    /// A learning-curve chart could not be drawn or written.
+    #[error(transparent)]
+    Plot(#[from] crate::report::ReportError),
     /// `--paired` names no configuration of the runs, or one of several experiments.
     #[error("{0}")]
     Base(String),
@@ -114,6 +119,8 @@ pub struct RunResult {
     pub final_eval: Point,
     /// The evaluation after the supervised warm-up, when the run had one.
     pub warmup: Option<Point>,
+    /// Every evaluation by the RL step it was taken after (the last one of a step).
+    pub curve: BTreeMap<u64, Point>,
 }
 
 /// Where a cell's interval comes from.
@@ -290,6 +297,9 @@ fn collect(dir: &Path, runs: &mut Vec<PathBuf>, depth: usize) -> Result<(), Comp
 #[derive(Deserialize)]
 struct EvalLine {
     label: String,
+    /// The RL step it was taken after (0: before RL).
+    #[serde(default)]
+    step: u64,
     tasks: BTreeMap<String, TaskLine>,
     success: f64,
     success_ci: Option<[f64; 2]>,
@@ -344,6 +354,7 @@ pub fn read_run(dir: &Path, decoding: Decoding) -> Result<RunResult, CompareErro
         source,
     })?;
     let (mut final_eval, mut warmup) = (None, None);
+    let mut curve = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
         let malformed = |reason: String| CompareError::Malformed {
             path: path.clone(),
@@ -372,11 +383,13 @@ pub fn read_run(dir: &Path, decoding: Decoding) -> Result<RunResult, CompareErro
         if line_decoding != decoding {
             continue;
         }
+        let point = eval.point().map_err(malformed)?;
         match eval.label.as_str() {
-            "final" => final_eval = Some(eval.point().map_err(malformed)?),
-            "warmup" => warmup = Some(eval.point().map_err(malformed)?),
+            "final" => final_eval = Some(point.clone()),
+            "warmup" => warmup = Some(point.clone()),
             _ => {}
         }
+        curve.insert(eval.step, point);
     }
     let final_eval = final_eval.ok_or(CompareError::NoFinal { path, decoding })?;
     Ok(RunResult {
@@ -384,6 +397,7 @@ pub fn read_run(dir: &Path, decoding: Decoding) -> Result<RunResult, CompareErro
         config,
         final_eval,
         warmup,
+        curve,
     })
 }
 
