@@ -168,7 +168,11 @@ fn source(setup: &Setup, shared: &Shared) -> String {
     let interrupt = interrupt.map_or(String::new(), |i| format!(", interrupt = {i}"));
     // One engine computes what any number computes in sync mode (all hold the same weights).
     let engines = if *mode == "sync" { 1 } else { engines };
-    let name = setup.label().replace([',', ' ', '='], "_");
+    let name = setup
+        .label()
+        .replace(", interrupt = ", "_")
+        .replace(", ", "_")
+        .replace(' ', "_");
     // Every episode under way may wait on its environment at once: the environment is not
     // where the bench should queue.
     let env_workers = batch * engines;

@@ -767,6 +767,8 @@ impl Chart {
         chart
             .configure_mesh()
             .x_desc("RL step")
+            // Steps are whole: as many labels as steps, up to ten, so none repeats.
+            .x_labels(((x1 - x0).round() as usize + 1).clamp(2, 10))
             .x_label_formatter(&|x| format!("{x:.0}"))
             .y_desc(self.y_label)
             .label_style(("sans-serif", 13))
