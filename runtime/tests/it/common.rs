@@ -18,6 +18,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use agentry_runtime::{Experiment, Interpreted, RunError, RunOptions, RunSummary};
 use burn::backend::{Autodiff, Flex};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 /// burn seeds weight initialization through a per-backend global RNG, so runs (and anything
@@ -32,16 +34,39 @@ pub fn serial() -> MutexGuard<'static, ()> {
         .unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Seeds burn's global RNG for `B` with `seed` and runs `init` (which builds weights from it)
-/// under [`serial`], so no other test reseeds or draws from that RNG in between.
-pub fn seeded<B: Backend, T>(
+/// Seeds burn's global RNG for `B` with `seed`, runs `init` (which builds a module from it)
+/// and draws every parameter of the module, all under [`serial`], so no other test reseeds or
+/// draws from that RNG in between. The draw matters: burn gives a parameter its initial value
+/// at its first use, which would otherwise happen after the lock is released, racing with
+/// other tests' draws.
+pub fn seeded<B: Backend, M: Module<B>>(
     device: &B::Device,
     seed: u64,
-    init: impl FnOnce(&B::Device) -> T,
+    init: impl FnOnce(&B::Device) -> M,
+) -> M {
+    struct Draw;
+    impl<B: Backend> ModuleVisitor<B> for Draw {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let _ = param.val();
+        }
+    }
+    seeded_run::<B, _>(device, seed, |device| {
+        let module = init(device);
+        module.visit(&mut Draw);
+        module
+    })
+}
+
+/// Seeds burn's global RNG for `B` with `seed` and runs `f`, which draws from it (dropout
+/// masks, say) and from nothing drawn lazily after it returns, under [`serial`].
+pub fn seeded_run<B: Backend, T>(
+    device: &B::Device,
+    seed: u64,
+    f: impl FnOnce(&B::Device) -> T,
 ) -> T {
     let _guard = serial();
     B::seed(device, seed);
-    init(device)
+    f(device)
 }
 
 /// Two tools of the KG task (`get_neighbors(variable, relation)`, `count(variable)`), with

@@ -51,7 +51,7 @@ fn gradient_values(policy: &Policy<Train>, grads: &GradientsParams) -> BTreeMap<
 fn gradients(policy: &Policy<Train>, recompute: bool) -> BTreeMap<ParamId, Vec<f32>> {
     let device = Default::default();
     let policy = policy.clone().with_recompute(recompute);
-    let grads = seeded::<Train, _>(&device, 17, |device| {
+    let grads = common::seeded_run::<Train, _>(&device, 17, |device| {
         let first = tokens::<Train>(device);
         let ids: Vec<i64> = (0..3 * 6).map(|i| (i * 5 + 1) % 40).collect();
         let second = Tensor::<Train, 2, Int>::from_data(TensorData::new(ids, [3, 6]), device);
