@@ -327,8 +327,15 @@ impl<'a> Stream<'a> {
         newer: Option<Newer<'_, B>>,
         rng: &mut impl Rng,
     ) -> Vec<Episode> {
-        let everyone = vec![true; self.episodes.len()];
-        self.turn_of(&everyone, engines, newer, rng);
+        // Nothing is kept between calls: each may bring other weights (a new version).
+        self.turns(engines, newer).turn(
+            &mut self.episodes,
+            &mut self.sessions,
+            None,
+            &mut Vec::new(),
+            None,
+            rng,
+        );
         self.take_finished()
     }
 
@@ -342,27 +349,38 @@ impl<'a> Stream<'a> {
     ) -> Vec<Episode> {
         for version in self.started_versions() {
             let members: Vec<bool> = self.started.iter().map(|&v| v == version).collect();
-            self.turn_of(&members, &engines(version), None, rng);
+            self.turn_of(&members, &engines(version), rng);
         }
         self.take_finished()
     }
 
-    /// One turn of the episodes `members` marks.
-    fn turn_of<B: Kernels>(
-        &mut self,
-        members: &[bool],
-        engines: &Engines<'_, B>,
-        newer: Option<Newer<'_, B>>,
-        rng: &mut impl Rng,
-    ) {
-        let turns = Turns {
+    /// What a turn of this stream's episodes needs, with `engines` (and `newer`).
+    fn turns<'t, B: Kernels>(
+        &self,
+        engines: &Engines<'t, B>,
+        newer: Option<Newer<'t, B>>,
+    ) -> Turns<'t, B>
+    where
+        'a: 't,
+    {
+        Turns {
             engines: *engines,
             chat: self.chat,
             controller: self.controller,
             sampling: self.sampling,
             context: self.context,
             newer,
-        };
+        }
+    }
+
+    /// One turn of the episodes `members` marks, with `engines`.
+    fn turn_of<B: Kernels>(
+        &mut self,
+        members: &[bool],
+        engines: &Engines<'_, B>,
+        rng: &mut impl Rng,
+    ) {
+        let turns = self.turns(engines, None);
         let mut episodes = Vec::new();
         let mut others = Vec::new();
         for (i, episode) in std::mem::take(&mut self.episodes).into_iter().enumerate() {
@@ -376,7 +394,6 @@ impl<'a> Stream<'a> {
             .filter(|&i| members[i])
             .map(|i| self.sessions[i])
             .collect();
-        // Nothing is kept between calls: each may bring other weights (a new version).
         turns.turn(
             &mut episodes,
             &mut sessions,

@@ -244,71 +244,20 @@ fn decode<B: Kernels, P: Deref<Target = Policy<B>>>(
         return decoder.out;
     }
     let device = policy.device();
-    let rows = decoder.rows.clone();
-    let lens: Vec<usize> = rows.iter().map(|&i| prompts[i].len()).collect();
-    let width = lens.iter().copied().max().unwrap_or(0);
-    // Tokens of each row already in its kept cache (at least one is left to compute, for the
-    // logits of the first new token).
-    let reused: Vec<usize> = match kept.as_deref() {
-        Some(kept) => rows
+    // Room for every token a row may add (at most the context).
+    let room = sampling.max_new_tokens.min(policy.context);
+    let (mut caches, mut pads, mut logits) = {
+        let rows: Vec<&[u32]> = decoder
+            .rows
             .iter()
-            .map(|&i| {
-                let covered = kept[i].as_ref().map_or(0, |c| c.reusable_for(&prompts[i]));
-                covered.min(prompts[i].len() - 1)
-            })
-            .collect(),
-        None => vec![0; rows.len()],
+            .map(|&i| prompts[i].as_slice())
+            .collect();
+        let held: Vec<Option<&KeptCache<B>>> = match kept.as_deref() {
+            Some(kept) => decoder.rows.iter().map(|&i| kept[i].as_ref()).collect(),
+            None => vec![None; rows.len()],
+        };
+        prefill(&policy, &rows, &held, room)
     };
-    // The prefill chunk: the last `chunk` tokens of every row, so every row's new tokens are
-    // in it (a row with a longer kept prefix recomputes a few it had). Left-padded as a whole
-    // prefill is: row `r`'s tokens end at column `width`, its first at `pads[r]`.
-    let chunk = lens
-        .iter()
-        .zip(&reused)
-        .map(|(len, reused)| len - reused)
-        .max()
-        .unwrap_or(width);
-    let mut pads: Vec<usize> = lens.iter().map(|&len| width - len).collect();
-    let row_prompts: Vec<&[u32]> = rows.iter().map(|&i| prompts[i].as_slice()).collect();
-    let (tokens, pos) = prefill_chunk(&policy, &row_prompts, chunk, &pads);
-    // Room for the longest prompt and every token a row may add (at most the context).
-    let capacity = width + sampling.max_new_tokens.min(policy.context);
-    let mut caches = vec![LayerCache::<B>::with_capacity(capacity); policy.blocks.len()];
-    if chunk < width {
-        let kept = kept.as_deref().expect("only kept caches shorten the chunk");
-        let before = width - chunk;
-        for (l, cache) in caches.iter_mut().enumerate() {
-            // Some row reuses a prefix (or the chunk would be the whole width): its shape.
-            let [_, _, kvh, hd] = rows
-                .iter()
-                .find_map(|&i| kept[i].as_ref().map(|c| c.layers[l].0.dims()))
-                .expect("a row reuses a kept prefix");
-            let blank = |columns: usize| Tensor::<B, 4>::zeros([1, columns, kvh, hd], &device);
-            let (k, v): (Vec<_>, Vec<_>) = rows
-                .iter()
-                .enumerate()
-                .map(|(r, &i)| {
-                    // Row `r`'s columns before the chunk: padding, then its first tokens.
-                    let known = before.saturating_sub(pads[r]);
-                    // No zero-width blank: not every backend allocates empty buffers.
-                    let row = |t: &Tensor<B, 4>| {
-                        let tokens = t.clone().narrow(1, 0, known);
-                        match before - known {
-                            0 => tokens,
-                            pad => Tensor::cat(vec![blank(pad), tokens], 1),
-                        }
-                    };
-                    match &kept[i] {
-                        Some(c) if known > 0 => (row(&c.layers[l].0), row(&c.layers[l].1)),
-                        _ => (blank(before), blank(before)),
-                    }
-                })
-                .unzip();
-            cache.prefill_with(Tensor::cat(k, 0), Tensor::cat(v, 0));
-        }
-    }
-    let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
-    let mut logits = last_logits(&policy, hidden);
 
     loop {
         let keep = decoder.advance(&host(logits), policy.vocab, rng);
@@ -337,7 +286,8 @@ fn decode<B: Kernels, P: Deref<Target = Policy<B>>>(
                 })
                 .collect();
             let room = sampling.max_new_tokens - decoder.out[decoder.rows[0]].tokens.len();
-            (caches, pads, logits) = prefill_whole(&policy, &sequences, room);
+            let rows: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
+            (caches, pads, logits) = prefill(&policy, &rows, &vec![None; rows.len()], room);
             continue;
         }
         // Feed the new tokens.
@@ -354,18 +304,70 @@ fn decode<B: Kernels, P: Deref<Target = Policy<B>>>(
     }
 }
 
-/// `sequences` prefilled whole, left-padded into one batch with room for `room` more tokens
-/// each: the blocks' caches, each row's padding and the logits of every row's next token.
-fn prefill_whole<B: Kernels>(
+/// `rows` prefilled into one left-padded batch with room for `room` more tokens each: the
+/// blocks' caches, each row's padding and the logits of every row's next token. A row with a
+/// kept cache (`held[r]`) takes the keys and values of its kept prefix from it and computes
+/// only the rest (at least its last token, for its logits).
+fn prefill<B: Kernels>(
     policy: &Policy<B>,
-    sequences: &[Vec<u32>],
+    rows: &[&[u32]],
+    held: &[Option<&KeptCache<B>>],
     room: usize,
 ) -> (Vec<LayerCache<B>>, Vec<usize>, Tensor<B, 2>) {
-    let width = sequences.iter().map(Vec::len).max().unwrap_or(0);
-    let pads: Vec<usize> = sequences.iter().map(|s| width - s.len()).collect();
-    let rows: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
-    let (tokens, pos) = prefill_chunk(policy, &rows, width, &pads);
+    let device = policy.device();
+    let lens: Vec<usize> = rows.iter().map(|row| row.len()).collect();
+    let width = lens.iter().copied().max().unwrap_or(0);
+    // Tokens of each row already in its kept cache (at least one is left to compute, for the
+    // logits of the first new token).
+    let reused: Vec<usize> = rows
+        .iter()
+        .zip(held)
+        .map(|(row, kept)| kept.map_or(0, |c| c.reusable_for(row)).min(row.len() - 1))
+        .collect();
+    // The prefill chunk: the last `chunk` tokens of every row, so every row's new tokens are
+    // in it (a row with a longer kept prefix recomputes a few it had). Left-padded as a whole
+    // prefill is: row `r`'s tokens end at column `width`, its first at `pads[r]`.
+    let chunk = lens
+        .iter()
+        .zip(&reused)
+        .map(|(len, reused)| len - reused)
+        .max()
+        .unwrap_or(width);
+    let pads: Vec<usize> = lens.iter().map(|&len| width - len).collect();
+    let (tokens, pos) = prefill_chunk(policy, rows, chunk, &pads);
     let mut caches = vec![LayerCache::<B>::with_capacity(width + room); policy.blocks.len()];
+    if chunk < width {
+        let before = width - chunk;
+        for (l, cache) in caches.iter_mut().enumerate() {
+            // Some row reuses a prefix (or the chunk would be the whole width): its shape.
+            let [_, _, kvh, hd] = held
+                .iter()
+                .find_map(|kept| kept.map(|c| c.layers[l].0.dims()))
+                .expect("a row reuses a kept prefix");
+            let blank = |columns: usize| Tensor::<B, 4>::zeros([1, columns, kvh, hd], &device);
+            let (k, v): (Vec<_>, Vec<_>) = held
+                .iter()
+                .enumerate()
+                .map(|(r, kept)| {
+                    // Row `r`'s columns before the chunk: padding, then its first tokens.
+                    let known = before.saturating_sub(pads[r]);
+                    // No zero-width blank: not every backend allocates empty buffers.
+                    let row = |t: &Tensor<B, 4>| {
+                        let tokens = t.clone().narrow(1, 0, known);
+                        match before - known {
+                            0 => tokens,
+                            pad => Tensor::cat(vec![blank(pad), tokens], 1),
+                        }
+                    };
+                    match kept {
+                        Some(c) if known > 0 => (row(&c.layers[l].0), row(&c.layers[l].1)),
+                        _ => (blank(before), blank(before)),
+                    }
+                })
+                .unzip();
+            cache.prefill_with(Tensor::cat(k, 0), Tensor::cat(v, 0));
+        }
+    }
     let hidden = policy.hidden_with(tokens, &pos, Some(&mut caches));
     (caches, pads, last_logits(policy, hidden))
 }
