@@ -5,7 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{CompareError, Decoding, Group, Point, find_runs, group, read_run, t_interval};
+use super::{
+    CompareError, Decoding, Point, columns, group, read_runs, row_name, several_experiments,
+    t_interval,
+};
 use crate::report::{Chart, Line};
 
 /// Draws the learning curves of the runs under `paths` into `dir` (created if needed), as
@@ -15,27 +18,13 @@ pub fn plot(
     decoding: Decoding,
     dir: &Path,
 ) -> Result<Vec<PathBuf>, CompareError> {
-    let runs = find_runs(paths)?
-        .iter()
-        .map(|d| read_run(d, decoding))
-        .collect::<Result<Vec<_>, _>>()?;
+    let runs = read_runs(paths, decoding)?;
     let groups = group(&runs)?;
-    let several = groups
-        .windows(2)
-        .any(|w| w[0].0.experiment != w[1].0.experiment);
-    let name = |g: &Group| {
-        if several {
-            format!("{} / {}", g.experiment, g.config)
-        } else {
-            g.config.clone()
-        }
-    };
-    let mut tasks: Vec<String> = runs
-        .iter()
-        .flat_map(|r| r.curve.values().flat_map(|p| p.tasks.keys().cloned()))
-        .collect();
-    tasks.sort();
-    tasks.dedup();
+    let several = several_experiments(groups.iter().map(|(g, _)| g.experiment.as_str()));
+    let tasks = columns(
+        runs.iter()
+            .flat_map(|r| r.curve.values().flat_map(|p| p.tasks.keys())),
+    );
     std::fs::create_dir_all(dir).map_err(|source| CompareError::Io {
         path: dir.to_path_buf(),
         source,
@@ -58,7 +47,7 @@ pub fn plot(
                         }
                     }
                 }
-                curve(name(g), &by_step)
+                curve(row_name(several, &g.experiment, &g.config), &by_step)
             })
             .filter(|line| !line.points.is_empty())
             .collect();
@@ -105,6 +94,7 @@ fn curve(label: String, by_step: &BTreeMap<u64, Vec<f64>>) -> Line {
 mod tests {
     use super::*;
     use crate::compare::tests::{close, eval, run, scratch};
+    use crate::compare::{find_runs, read_run};
 
     #[test]
     fn curves_average_seeds_at_each_step_with_a_band() {

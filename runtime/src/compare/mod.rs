@@ -437,11 +437,15 @@ fn run_config(dir: &Path) -> Result<RunConfig, CompareError> {
 
 /// The comparison of the runs under `paths` ([`find_runs`]).
 pub fn compare(paths: &[PathBuf], decoding: Decoding) -> Result<Comparison, CompareError> {
-    let runs = find_runs(paths)?
+    Comparison::of(&read_runs(paths, decoding)?, decoding)
+}
+
+/// Every run under `paths` ([`find_runs`]), read with `decoding` ([`read_run`]).
+fn read_runs(paths: &[PathBuf], decoding: Decoding) -> Result<Vec<RunResult>, CompareError> {
+    find_runs(paths)?
         .iter()
         .map(|dir| read_run(dir, decoding))
-        .collect::<Result<Vec<_>, _>>()?;
-    Comparison::of(&runs, decoding)
+        .collect()
 }
 
 impl Comparison {
@@ -461,9 +465,7 @@ impl Comparison {
                 ));
             }
         }
-        let mut tasks: Vec<String> = rows.iter().flat_map(|r| r.tasks.keys().cloned()).collect();
-        tasks.sort();
-        tasks.dedup();
+        let tasks = columns(rows.iter().flat_map(|r| r.tasks.keys()));
         Ok(Comparison {
             decoding,
             tasks,
@@ -473,23 +475,11 @@ impl Comparison {
 
     /// The table in markdown, with a footnote on what the numbers are.
     pub fn markdown(&self) -> String {
-        let several = self
-            .rows
-            .windows(2)
-            .any(|w| w[0].experiment != w[1].experiment);
-        let mut out = String::new();
-        let mut header = vec!["configuration".to_string(), "seeds".to_string()];
-        header.extend(self.tasks.iter().cloned());
-        header.push("overall".into());
-        let _ = writeln!(out, "| {} |", header.join(" | "));
-        let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
+        let several = several_experiments(self.rows.iter().map(|r| r.experiment.as_str()));
+        let mut out = table_head("configuration", &self.tasks);
         let mut wilson_rows = false;
         for row in &self.rows {
-            let name = if several {
-                format!("{} / {}", row.experiment, row.config)
-            } else {
-                row.config.clone()
-            };
+            let name = row_name(several, &row.experiment, &row.config);
             let seeds = match row.interval {
                 Interval::StudentT => row.seeds.to_string(),
                 Interval::Wilson => {
@@ -520,6 +510,39 @@ impl Comparison {
         }
         out
     }
+}
+
+/// The sorted, distinct task names: a table's or a chart's columns.
+fn columns<'t>(tasks: impl Iterator<Item = &'t String>) -> Vec<String> {
+    let distinct: std::collections::BTreeSet<&String> = tasks.collect();
+    distinct.into_iter().cloned().collect()
+}
+
+/// Whether the rows come from more than one experiment, so each must name its own.
+fn several_experiments<'e>(mut experiments: impl Iterator<Item = &'e str>) -> bool {
+    let first = experiments.next();
+    experiments.any(|e| Some(e) != first)
+}
+
+/// A row's name: its label, after its experiment's when the rows come from several.
+fn row_name(several: bool, experiment: &str, label: &str) -> String {
+    if several {
+        format!("{experiment} / {label}")
+    } else {
+        label.to_string()
+    }
+}
+
+/// A markdown table's header (`first`, seeds, the tasks, overall) and separator lines.
+fn table_head(first: &str, tasks: &[String]) -> String {
+    let mut header = vec![first.to_string(), "seeds".to_string()];
+    header.extend(tasks.iter().cloned());
+    header.push("overall".into());
+    format!(
+        "| {} |\n|{}\n",
+        header.join(" | "),
+        "---|".repeat(header.len())
+    )
 }
 
 /// A configuration of an experiment: the runs that differ only in their seed.

@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use super::{
-    CompareError, Decoding, Group, Point, RunResult, find_runs, group, mean_and_half_width,
-    read_run,
+    CompareError, Decoding, Group, Point, RunResult, columns, group, mean_and_half_width,
+    read_runs, row_name, several_experiments, table_head,
 };
 
 /// A difference of success rates over paired seeds.
@@ -26,11 +26,14 @@ pub struct Difference {
 
 impl Difference {
     fn of(per_seed: Vec<f64>) -> Difference {
-        let ci = (per_seed.len() >= 2).then(|| {
-            let (mean, half) = mean_and_half_width(&per_seed);
-            [mean - half, mean + half]
-        });
-        let mean = per_seed.iter().sum::<f64>() / per_seed.len().max(1) as f64;
+        let (mean, ci) = match per_seed.len() {
+            // One seed (or none): its difference, without an interval.
+            0 | 1 => (per_seed.iter().sum(), None),
+            _ => {
+                let (mean, half) = mean_and_half_width(&per_seed);
+                (mean, Some([mean - half, mean + half]))
+            }
+        };
         Difference { per_seed, mean, ci }
     }
 
@@ -72,14 +75,11 @@ pub struct Paired {
     pub unpaired: Vec<(String, String)>,
 }
 
-/// The runs under `paths` ([`find_runs`]) paired by seed with those of configuration `base`
+/// The runs under `paths` ([`find_runs`](super::find_runs)) paired by seed with those of configuration `base`
 /// among them: a configuration label (`base`, `ablate.pool.cross_policy=0`), or
 /// `EXPERIMENT/LABEL` where several experiments have it.
 pub fn paired(paths: &[PathBuf], base: &str, decoding: Decoding) -> Result<Paired, CompareError> {
-    let runs = find_runs(paths)?
-        .iter()
-        .map(|dir| read_run(dir, decoding))
-        .collect::<Result<Vec<_>, _>>()?;
+    let runs = read_runs(paths, decoding)?;
     let groups = group(&runs)?;
     let named = |g: &Group| format!("{}/{}", g.experiment, g.config);
     let matches: Vec<&(Group, Vec<&RunResult>)> = groups
@@ -104,10 +104,8 @@ pub fn paired(paths: &[PathBuf], base: &str, decoding: Decoding) -> Result<Paire
             )));
         }
     };
-    let by_seed = |runs: &[&RunResult]| -> BTreeMap<u64, RunResult> {
-        runs.iter().map(|r| (r.config.seed, (*r).clone())).collect()
-    };
-    let base_seeds = by_seed(&base_runs);
+    let base_seeds: BTreeMap<u64, &RunResult> =
+        base_runs.iter().map(|r| (r.config.seed, *r)).collect();
     let mut rows = Vec::new();
     let warmed: Vec<(u64, &Point, &Point)> = base_seeds
         .iter()
@@ -121,8 +119,8 @@ pub fn paired(paths: &[PathBuf], base: &str, decoding: Decoding) -> Result<Paire
         ));
     }
     let mut unpaired = Vec::new();
-    for (other, runs) in groups.iter().cloned() {
-        if other == base_group {
+    for (other, runs) in &groups {
+        if *other == base_group {
             continue;
         }
         let pairs: Vec<(u64, &Point, &Point)> = runs
@@ -132,23 +130,21 @@ pub fn paired(paths: &[PathBuf], base: &str, decoding: Decoding) -> Result<Paire
                 Some((r.config.seed, &r.final_eval, &base.final_eval))
             })
             .collect();
+        let Group { experiment, config } = other;
         if pairs.is_empty() {
-            unpaired.push((other.experiment, other.config));
+            unpaired.push((experiment.clone(), config.clone()));
             continue;
         }
-        let Group { experiment, config } = other;
-        let label = if experiment == base_group.experiment {
+        let label = if *experiment == base_group.experiment {
             format!("{config} − {}", base_group.config)
         } else {
             format!("{config} − {}/{}", base_group.experiment, base_group.config)
         };
         let mut sorted = pairs;
         sorted.sort_by_key(|(seed, _, _)| *seed);
-        rows.push(row(&experiment, label, &sorted));
+        rows.push(row(experiment, label, &sorted));
     }
-    let mut tasks: Vec<String> = rows.iter().flat_map(|r| r.tasks.keys().cloned()).collect();
-    tasks.sort();
-    tasks.dedup();
+    let tasks = columns(rows.iter().flat_map(|r| r.tasks.keys()));
     Ok(Paired {
         decoding,
         base: (base_group.experiment, base_group.config),
@@ -199,12 +195,7 @@ impl Paired {
     /// The table in markdown, then each row's per-seed differences, with a footnote on what
     /// the numbers are.
     pub fn markdown(&self) -> String {
-        let mut out = String::new();
-        let mut header = vec!["difference".to_string(), "seeds".to_string()];
-        header.extend(self.tasks.iter().cloned());
-        header.push("overall".into());
-        let _ = writeln!(out, "| {} |", header.join(" | "));
-        let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
+        let mut out = table_head("difference", &self.tasks);
         for row in &self.rows {
             let mut cells = vec![self.name(row), row.seeds.len().to_string()];
             for task in &self.tasks {
@@ -252,12 +243,8 @@ impl Paired {
     }
 
     fn name(&self, row: &PairedRow) -> String {
-        let several = self.rows.iter().any(|r| r.experiment != row.experiment);
-        if several {
-            format!("{} / {}", row.experiment, row.label)
-        } else {
-            row.label.clone()
-        }
+        let several = several_experiments(self.rows.iter().map(|r| r.experiment.as_str()));
+        row_name(several, &row.experiment, &row.label)
     }
 }
 
