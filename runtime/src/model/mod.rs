@@ -26,3 +26,20 @@ pub use generate::{
 pub use kernels::{Kernels, TrainBackend};
 pub use pretrained::{LoadError, Origin, Pretrained, base_digest, pretrained_config};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};
+
+/// Draws every parameter of `module` now, in module order. burn gives a parameter its
+/// initial value lazily, at its first use, from the backend's global RNG, and a copy of a
+/// module not used yet draws its own: drawing first fixes the weights whatever uses the module
+/// (or a copy of it) first, and whatever else draws from that RNG meanwhile.
+pub fn draw_weights<B: burn::tensor::backend::Backend, M: burn::module::Module<B>>(module: &M) {
+    struct Draw;
+    impl<B: burn::tensor::backend::Backend> burn::module::ModuleVisitor<B> for Draw {
+        fn visit_float<const D: usize>(
+            &mut self,
+            param: &burn::module::Param<burn::tensor::Tensor<B, D>>,
+        ) {
+            let _ = param.val();
+        }
+    }
+    module.visit(&mut Draw);
+}

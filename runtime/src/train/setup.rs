@@ -103,7 +103,9 @@ impl<B: TrainBackend> Trainer<B> {
         let policy = policy
             .as_declared(&spec.model)
             .with_recompute(spec.train.recompute);
-        draw_initial_weights(&policy);
+        // Whatever uses the policy first (an evaluation's copy, a data-parallel replica, the
+        // first update), its initial weights are these.
+        crate::model::draw_weights(&policy);
         let mut state = RunState::fresh(policy, &spec, rng);
         // A warm-up another run of this invocation trained identically is taken as it ended,
         // exactly as a resumed run takes its checkpoint.
@@ -194,21 +196,4 @@ impl<B: TrainBackend> Trainer<B> {
             replicas: None,
         })
     }
-}
-
-/// burn draws a parameter's initial values lazily, at its first use, from the backend's global
-/// RNG, and a copy of a module not used yet draws its own: drawing every parameter now, in
-/// module order, fixes the initial weights whatever uses the policy first (an evaluation's
-/// copy, a data-parallel replica, the first update).
-fn draw_initial_weights<B: burn::tensor::backend::Backend, M: burn::module::Module<B>>(module: &M) {
-    struct Draw;
-    impl<B: burn::tensor::backend::Backend> burn::module::ModuleVisitor<B> for Draw {
-        fn visit_float<const D: usize>(
-            &mut self,
-            param: &burn::module::Param<burn::tensor::Tensor<B, D>>,
-        ) {
-            let _ = param.val();
-        }
-    }
-    module.visit(&mut Draw);
 }

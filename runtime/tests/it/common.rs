@@ -18,8 +18,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use agentry_runtime::{Experiment, Interpreted, RunError, RunOptions, RunSummary};
 use burn::backend::{Autodiff, Flex};
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::Tensor;
+use burn::module::Module;
 use burn::tensor::backend::Backend;
 
 /// burn seeds weight initialization through a per-backend global RNG, so runs (and anything
@@ -44,15 +43,9 @@ pub fn seeded<B: Backend, M: Module<B>>(
     seed: u64,
     init: impl FnOnce(&B::Device) -> M,
 ) -> M {
-    struct Draw;
-    impl<B: Backend> ModuleVisitor<B> for Draw {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let _ = param.val();
-        }
-    }
     seeded_run::<B, _>(device, seed, |device| {
         let module = init(device);
-        module.visit(&mut Draw);
+        agentry_runtime::model::draw_weights(&module);
         module
     })
 }
