@@ -238,6 +238,18 @@ fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
     })
 }
 
+/// A flag's value: a number of at least `min`, or the error `usage`.
+fn number<T: std::str::FromStr + PartialOrd>(
+    value: Option<String>,
+    min: T,
+    usage: &str,
+) -> agentry::Result<T> {
+    value
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n >= min)
+        .ok_or_else(|| anyhow::anyhow!("{usage}"))
+}
+
 fn main() -> agentry::Result<()> {
     let (mut steps, mut batch, mut env_ms) = (30u64, 16usize, 0u64);
     let (mut engines, mut max_staleness) = (1usize, 2u64);
@@ -245,41 +257,22 @@ fn main() -> agentry::Result<()> {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--steps" => {
-                steps = args
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| anyhow::anyhow!("--steps needs a positive integer"))?;
-            }
+            "--steps" => steps = number(args.next(), 1, "--steps needs a positive integer")?,
             "--env-ms" => {
-                env_ms = args
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .ok_or_else(|| anyhow::anyhow!("--env-ms needs a number of milliseconds"))?;
+                env_ms = number(args.next(), 0, "--env-ms needs a number of milliseconds")?;
             }
             "--data-parallel" => {
-                replicas = Some(
-                    args.next()
-                        .and_then(|n| n.parse::<usize>().ok())
-                        .filter(|&n| n > 1)
-                        .ok_or_else(|| {
-                            anyhow::anyhow!("--data-parallel needs a number of replicas above 1")
-                        })?,
-                );
+                replicas = Some(number(
+                    args.next(),
+                    2,
+                    "--data-parallel needs a number of replicas above 1",
+                )?);
             }
             "--engines" => {
-                engines = args
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| anyhow::anyhow!("--engines needs a positive integer"))?;
+                engines = number(args.next(), 1, "--engines needs a positive integer")?;
             }
             "--max-staleness" => {
-                max_staleness = args
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .ok_or_else(|| anyhow::anyhow!("--max-staleness needs a number of steps"))?;
+                max_staleness = number(args.next(), 0, "--max-staleness needs a number of steps")?;
             }
             "--quick" => (steps, batch) = (4, 8),
             other => anyhow::bail!(
@@ -316,14 +309,14 @@ fn main() -> agentry::Result<()> {
         interrupt: None,
         replicas,
     }));
+    let shared = Shared {
+        steps,
+        batch,
+        engines,
+        max_staleness,
+    };
     let mut measured = Vec::new();
     for setup in &setups {
-        let shared = Shared {
-            steps,
-            batch,
-            engines,
-            max_staleness,
-        };
         let source = source(setup, &shared);
         let spec = agentry::dsl::check(&source)
             .map_err(|d| anyhow::anyhow!("{}", d.render("bench_pipeline", &source)))?;

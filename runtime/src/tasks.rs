@@ -98,6 +98,15 @@ mod tests {
             .into_inner()
     }
 
+    #[test]
+    fn the_controller_runs_env_workers_calls_at_once() {
+        let mut spec = spec("kg { env = kg }");
+        let cores = ControllerConfig::default().workers;
+        assert_eq!(controller(&spec).unwrap().stats().workers, cores);
+        spec.pool.env_workers = Some(cores + 5);
+        assert_eq!(controller(&spec).unwrap().stats().workers, cores + 5);
+    }
+
     /// The message as users saw it, from the error and from the `RunError` that wraps it.
     fn message(spec: &Spec) -> String {
         let Err(e) = resolve(&|_| None, None, spec) else {

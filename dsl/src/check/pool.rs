@@ -7,6 +7,13 @@ use crate::spec::{Interrupt, Placement, Pool, PoolMode};
 use super::table::Interval;
 use super::{Checker, Section};
 
+/// `interrupt`'s values, by name.
+const INTERRUPTS: [(&str, Interrupt); 3] = [
+    ("never", Interrupt::Never),
+    ("turn", Interrupt::Turn),
+    ("token", Interrupt::Token),
+];
+
 impl Checker {
     pub(super) fn pool(&mut self, section: Section<'_>) -> Option<Pool> {
         let keys = [
@@ -50,15 +57,7 @@ impl Checker {
             None => Some(defaults.placement),
         };
         let interrupt = match table.get("interrupt") {
-            Some(v) => self.choice(
-                "interrupt",
-                v,
-                &[
-                    ("never", Interrupt::Never),
-                    ("turn", Interrupt::Turn),
-                    ("token", Interrupt::Token),
-                ],
-            ),
+            Some(v) => self.choice("interrupt", v, &INTERRUPTS),
             None => Some(defaults.interrupt),
         };
         let env_workers = match table.get("env_workers") {
@@ -134,11 +133,10 @@ impl Checker {
         if let (Some(interrupt), Some(PoolMode::Sync), true) =
             (interrupt, mode, table.get("interrupt").is_some())
         {
-            let name = match interrupt {
-                Interrupt::Never => "never",
-                Interrupt::Turn => "turn",
-                Interrupt::Token => "token",
-            };
+            let name = INTERRUPTS
+                .iter()
+                .find_map(|(name, i)| (*i == interrupt).then_some(*name))
+                .unwrap_or("?");
             self.error(
                 Diagnostic::new(
                     span_of("interrupt"),
