@@ -61,6 +61,40 @@ pub struct RunArgs {
     /// per core. Runs are the same for any count.
     #[arg(long)]
     pub threads: Option<std::num::NonZeroUsize>,
+    /// Train across this many nodes (processes or machines), `train.data_parallel` replicas on
+    /// each: every node runs the same command with its own --node-rank. Default: one node.
+    #[arg(
+        long,
+        env = "AGENTRY_NODES",
+        value_name = "N",
+        requires = "orchestrator"
+    )]
+    pub nodes: Option<u32>,
+    /// This node's rank, 0..N: rank 0 runs the experiments (rollouts, evaluations, the run
+    /// directory); the others only train with it.
+    #[arg(long, env = "AGENTRY_NODE_RANK", value_name = "R", requires = "nodes")]
+    pub node_rank: Option<u32>,
+    /// The orchestrator every node registers with (`agentry orchestrator`): ws://HOST:PORT.
+    #[arg(
+        long,
+        env = "AGENTRY_ORCHESTRATOR",
+        value_name = "URL",
+        requires = "nodes"
+    )]
+    pub orchestrator: Option<String>,
+    /// Where the other nodes reach this one, ws://HOST:PORT; it serves its tensors on that
+    /// port. Default: ws://127.0.0.1:(29500 + rank), for nodes on one machine.
+    #[arg(
+        long,
+        env = "AGENTRY_NODE_ADDRESS",
+        value_name = "URL",
+        requires = "nodes"
+    )]
+    pub node_address: Option<String>,
+    /// Seconds rank 0 waits for the other nodes at any one point (joining, an update's sum)
+    /// before the step fails.
+    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    pub node_timeout: u64,
 }
 
 impl RunArgs {
@@ -75,6 +109,46 @@ impl RunArgs {
             resume: self.resume.clone(),
             shared_warmups: None,
             remote_tasks: Some(std::sync::Arc::new(serve::HttpRemoteTasks)),
+            nodes: None,
+        }
+    }
+
+    /// Where this process is among the nodes the command line names; `None` for one node.
+    pub fn node_config(&self) -> Result<Option<train::NodeConfig>> {
+        let Some(nodes) = self.nodes else {
+            return Ok(None);
+        };
+        let rank = self.node_rank.unwrap_or(0);
+        let config = train::NodeConfig {
+            nodes,
+            rank,
+            orchestrator: self.orchestrator.clone().unwrap_or_default(),
+            address: self
+                .node_address
+                .clone()
+                .unwrap_or_else(|| format!("ws://127.0.0.1:{}", 29500 + rank)),
+            timeout: std::time::Duration::from_secs(self.node_timeout),
+        };
+        config.check().map_err(anyhow::Error::msg)?;
+        Ok(Some(config))
+    }
+
+    /// Runs `specs`' sweeps as `run` does, unless this is a node of a multi-node run other
+    /// than rank 0, which only trains with rank 0 ([`train::follow`]) and returns `None`.
+    /// Rank 0's options come back with the nodes it leads.
+    pub fn leading(&self, specs: &[spec::Experiment]) -> Result<Option<RunOptions>> {
+        let mut options = self.options();
+        match self.node_config()? {
+            Some(config) if config.rank > 0 => {
+                train::follow(&config, specs, self.device)?;
+                Ok(None)
+            }
+            Some(config) => {
+                let nodes = train::Nodes::new(config).map_err(anyhow::Error::msg)?;
+                options.nodes = Some(std::sync::Arc::new(nodes));
+                Ok(Some(options))
+            }
+            None => Ok(Some(options)),
         }
     }
 
@@ -112,7 +186,9 @@ struct ExampleArgs {
 pub fn main(experiment: impl Experiment) -> Result<()> {
     let args = ExampleArgs::parse();
     args.run.init_threads()?;
-    sweep::run(&experiment, &args.run.options(), &args.run.selection())?;
+    if let Some(options) = args.run.leading(&[experiment.spec().into_inner()])? {
+        sweep::run(&experiment, &options, &args.run.selection())?;
+    }
     Ok(())
 }
 

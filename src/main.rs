@@ -107,6 +107,14 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Run the orchestrator the nodes of a multi-node run register with (`agentry run
+    /// --nodes N --node-rank R --orchestrator ws://HOST:PORT`): it tells each node where the
+    /// others are; the tensors go between the nodes directly. Runs until stopped.
+    Orchestrator {
+        /// Port to listen on (every interface).
+        #[arg(long, short, default_value_t = 29400)]
+        port: u16,
+    },
     /// Run an AgentRL-compatible controller: workers register with it by heartbeat, trainers
     /// and evaluators start and play sessions through it (`/api/start_sample`, ...).
     ///
@@ -367,6 +375,10 @@ fn main() -> ExitCode {
                 });
             finish(result)
         }
+        Command::Orchestrator { port } => {
+            eprintln!("orchestrator listening on ws://0.0.0.0:{port}");
+            finish(agentry::train::serve_orchestrator(port).map_err(|e| format!("error: {e}")))
+        }
         Command::Controller { host, port, token } => {
             let mut config = agentry_serve::ControllerConfig::new(SocketAddr::new(host, port));
             config.token = match token.token() {
@@ -493,7 +505,7 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
         return Err("error: --resume continues one run: give only the file it belongs to".into());
     }
     run.init_threads().map_err(|e| format!("error: {e}"))?;
-    let mut options = run.options();
+    let options = run.options();
     // Every file, with the command line's overrides, is checked before any run starts.
     let specs = files
         .iter()
@@ -507,6 +519,13 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let experiments: Vec<_> = specs.iter().map(|spec| spec.clone().into_inner()).collect();
+    let Some(mut options) = run
+        .leading(&experiments)
+        .map_err(|e| format!("error: {e:#}"))?
+    else {
+        return Ok(());
+    };
     if files.len() > 1 {
         let mut runs = Vec::new();
         for spec in &specs {
@@ -610,6 +629,7 @@ fn evaluate_endpoint(args: EndpointArgs) -> Result<(), String> {
         resume: None,
         shared_warmups: None,
         remote_tasks: Some(std::sync::Arc::new(agentry::serve::HttpRemoteTasks)),
+        nodes: None,
     };
     let settings = agentry::endpoint::EndpointOptions {
         call_format: match args.call_format {

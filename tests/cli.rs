@@ -168,6 +168,34 @@ fn free_port() -> u16 {
 /// A child process killed when the test ends, however it ends.
 struct Killed(std::process::Child);
 
+/// How a child process ended, and its standard error.
+struct Ended {
+    status: std::process::ExitStatus,
+    stderr: String,
+}
+
+impl Killed {
+    /// Waits (at most two minutes) for the process to end by itself.
+    fn wait(mut self) -> Ended {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while self.0.try_wait().unwrap().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the process did not end"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.0.stderr.take() {
+            std::io::Read::read_to_string(&mut pipe, &mut stderr).unwrap();
+        }
+        Ended {
+            status: self.0.wait().unwrap(),
+            stderr,
+        }
+    }
+}
+
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -1350,4 +1378,267 @@ experiment cli_serve {
              `agentry serve` did not run (CI sets it)"
         ),
     }
+}
+
+/// A sweep of two runs whose every update trains (Dr. GRPO with the KL penalty on the reward,
+/// two epochs), `REPLICAS` trainer replicas per node.
+const NODES: &str = r#"experiment tiny_nodes {
+    seed = 5
+    device = flex
+    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 } }
+    task kg { env = kg, max_turns = 2, difficulty = 1 }
+    algorithm dr_grpo { group_size = 2, epochs = 2, kl = k1(0.5, as = reward) }
+    train {
+        steps = 2, batch = 4, lr = 1e-3, max_new_tokens = 8
+        warmup = sft { steps = 2, demonstrations = 4, batch = 2 }
+        data_parallel = REPLICAS
+    }
+    eval { episodes = 2 }
+    sweep { seeds = [1, 2] }
+}
+"#;
+
+/// Each warm-up and RL step's loss and gradient norm of every run under `dir`, in order.
+fn updates(dir: &std::path::Path) -> Vec<Vec<(f64, f64)>> {
+    run_dirs(dir)
+        .iter()
+        .map(|run| {
+            common::metrics(run)
+                .iter()
+                .filter(|l| matches!(l["phase"].as_str(), Some("sft" | "rl")))
+                .map(|l| {
+                    (
+                        l["loss"].as_f64().unwrap(),
+                        l["grad_norm"].as_f64().unwrap(),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `agentry run --nodes 2`: rank 0 runs the sweep, rank 1 trains beside it, `per_node`
+/// replicas on each, through `agentry orchestrator` on loopback; every update is one process's
+/// with as many replicas (the same summands), and rank 1 writes nothing and exits when rank 0
+/// is done.
+fn nodes_train_as_one_process(per_node: usize) {
+    let root = common::scratch_in("cli", &format!("cli-nodes-{per_node}"));
+    let file = |replicas: usize| {
+        let path = root.join(format!("nodes-{replicas}.arl"));
+        std::fs::write(&path, NODES.replace("REPLICAS", &replicas.to_string())).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let dir = |name: &str| root.join(name).to_str().unwrap().to_string();
+
+    let one_process = dir("one-process");
+    let all = file(2 * per_node);
+    assert_success(&agentry(&["run", &all, "--out", &one_process, "--quiet"]));
+
+    let port = free_port();
+    let _orchestrator = Killed(
+        Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(["orchestrator", "--port", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let orchestrator = format!("ws://127.0.0.1:{port}");
+    let each = file(per_node);
+    let node = |rank: u32, out: &str| {
+        let address = format!("ws://127.0.0.1:{}", free_port());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
+        command.args(["run", &each, "--out", out, "--quiet", "--nodes", "2"]);
+        command.args([
+            "--node-rank",
+            &rank.to_string(),
+            "--orchestrator",
+            &orchestrator,
+        ]);
+        command.args(["--node-address", &address, "--node-timeout", "120"]);
+        command
+    };
+    let (leader_out, follower_out) = (dir("leader"), dir("follower"));
+    let follower = Killed(
+        node(1, &follower_out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let leader = node(0, &leader_out).output().unwrap();
+    let stdout = assert_success(&leader);
+    let replicas = format!("({} data-parallel replicas on 2 nodes)", 2 * per_node);
+    assert!(stdout.contains(&replicas), "{stdout}");
+    let follower = follower.wait();
+    assert!(follower.status.success(), "rank 1: {}", follower.stderr);
+    assert!(
+        !std::path::Path::new(&follower_out).exists(),
+        "rank 1 wrote runs"
+    );
+
+    let (nodes, process) = (
+        updates(std::path::Path::new(&leader_out)),
+        updates(std::path::Path::new(&one_process)),
+    );
+    assert_eq!(nodes.len(), 2, "both runs of the sweep");
+    assert!(nodes.iter().all(|run| run.len() == 2 + 2), "{nodes:?}");
+    if per_node == 1 {
+        // Two summands: the same sum in either order.
+        assert_eq!(nodes, process);
+        return;
+    }
+    // One process sums ((r0 + r1) + r2) + r3, two nodes (r0 + r1) + (r2 + r3).
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * a.abs().max(b.abs()).max(1e-6);
+    for (got, want) in nodes.iter().flatten().zip(process.iter().flatten()) {
+        assert!(
+            close(got.0, want.0) && close(got.1, want.1),
+            "{nodes:?}\n{process:?}"
+        );
+    }
+}
+
+#[test]
+fn two_nodes_train_as_one_process_with_two_replicas() {
+    nodes_train_as_one_process(1);
+}
+
+#[test]
+fn two_nodes_of_two_replicas_train_as_one_process_with_four() {
+    nodes_train_as_one_process(2);
+}
+
+/// Rank 1 is killed during a run: rank 0's step fails naming the cause and the way on; both
+/// ranks started again resume the run from its checkpoint, through the same orchestrator, and
+/// finish it.
+#[test]
+fn a_node_that_stops_fails_the_step_and_the_run_resumes() {
+    let root = common::scratch_in("cli", "cli-nodes-stop");
+    let file = root.join("long.arl");
+    let source = NODES
+        .replace("REPLICAS", "1")
+        .replace(
+            "steps = 2, batch = 4",
+            "steps = 40, batch = 4, checkpoint_every = 2",
+        )
+        .replace("sweep { seeds = [1, 2] }", "");
+    std::fs::write(&file, source).unwrap();
+    let file = file.to_str().unwrap().to_string();
+    let port = free_port();
+    let _orchestrator = Killed(
+        Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(["orchestrator", "--port", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let orchestrator = format!("ws://127.0.0.1:{port}");
+    let out = root.join("runs");
+    let node = |rank: u32, resume: Option<&std::path::Path>| {
+        let address = format!("ws://127.0.0.1:{}", free_port());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
+        command.args([
+            "run",
+            &file,
+            "--quiet",
+            "--nodes",
+            "2",
+            "--node-timeout",
+            "60",
+        ]);
+        command.args([
+            "--node-rank",
+            &rank.to_string(),
+            "--orchestrator",
+            &orchestrator,
+        ]);
+        command
+            .args(["--node-address", &address])
+            .arg("--out")
+            .arg(&out);
+        if let Some(run) = resume {
+            command.arg("--resume").arg(run);
+        }
+        command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        command
+    };
+    let mut follower = Killed(node(1, None).spawn().unwrap());
+    let leader = Killed(node(0, None).spawn().unwrap());
+    // Once the run has a checkpoint past its warm-up, rank 1 stops.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let run = loop {
+        let runs = out.join("tiny_nodes");
+        let found = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|mut dirs| dirs.next());
+        if let Some(run) = found.map(|d| d.unwrap().path())
+            && run.join("checkpoints/rl-000004.ckpt").exists()
+        {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "no checkpoint came");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    follower.0.kill().unwrap();
+    let failed = leader.wait();
+    assert!(!failed.status.success());
+    assert!(
+        failed
+            .stderr
+            .contains("data-parallel training failed at RL step")
+            && failed.stderr.contains("did a node stop?")
+            && failed.stderr.contains("--resume RUN_DIR"),
+        "{}",
+        failed.stderr
+    );
+    let _ = follower.wait();
+
+    let follower = Killed(node(1, Some(&run)).spawn().unwrap());
+    let resumed = node(0, Some(&run)).output().unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(follower.wait().status.success());
+    let summary = common::json(&run.join("summary.json"));
+    assert_eq!(summary["steps"], 40, "{summary}");
+}
+
+#[test]
+fn node_flags_are_checked_before_any_work() {
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--nodes", "2", "--node-rank", "2"],
+            "--node-rank 2 is not below --nodes 2",
+        ),
+        (&["--nodes", "1"], "--nodes 1 needs at least 2 nodes"),
+        (
+            &["--nodes", "2", "--node-address", "127.0.0.1:9"],
+            "--node-address",
+        ),
+    ];
+    for (flags, message) in cases {
+        let mut args = vec![
+            "run",
+            "experiments/quickstart.arl",
+            "--orchestrator",
+            "ws://127.0.0.1:9",
+        ];
+        args.extend_from_slice(flags);
+        let out = agentry(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?}");
+        assert!(stderr.contains(message), "{flags:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let out = agentry(&["run", "experiments/quickstart.arl", "--nodes", "2"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--orchestrator"),
+        "clap names the missing flag"
+    );
 }

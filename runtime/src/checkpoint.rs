@@ -293,7 +293,9 @@ pub struct Snapshot<'a, B: TrainBackend> {
     pub base: Option<&'a str>,
 }
 
-fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
+/// How checkpoints (and a multi-node run's replicas, [`crate::train`]) encode weights and
+/// optimizer states.
+pub(crate) fn recorder() -> NamedMpkBytesRecorder<FullPrecisionSettings> {
     NamedMpkBytesRecorder::new()
 }
 
@@ -385,11 +387,14 @@ impl<B: TrainBackend> Snapshot<'_, B> {
 
 /// A policy's weights as a checkpoint section: all of them, or with LoRA only the part
 /// training changes ([`Policy::trainable`]).
-fn weight_bytes<B: Backend>(policy: &Policy<B>) -> Result<Vec<u8>, burn::record::RecorderError> {
+pub(crate) fn weight_bytes<B: Backend>(
+    policy: &Policy<B>,
+) -> Result<Vec<u8>, burn::record::RecorderError> {
     policy.record_trained(&recorder(), ())
 }
 
-fn optimizer_bytes<B: TrainBackend>(
+/// An optimizer's state as a checkpoint section.
+pub(crate) fn optimizer_bytes<B: TrainBackend>(
     optimizer: &PolicyOptimizer<Policy<B>, B>,
 ) -> Result<Vec<u8>, burn::record::RecorderError> {
     let r = recorder();
@@ -398,6 +403,26 @@ fn optimizer_bytes<B: TrainBackend>(
         PolicyOptimizer::Adam(o) => Recorder::<B>::record(&r, o.to_record(), ()),
         PolicyOptimizer::Sgd(o) => Recorder::<B>::record(&r, o.to_record(), ()),
     }
+}
+
+/// `optimizer` (fresh, of the declared kind) with the state [`optimizer_bytes`] wrote.
+pub(crate) fn optimizer_from_bytes<B: TrainBackend>(
+    optimizer: PolicyOptimizer<Policy<B>, B>,
+    bytes: Vec<u8>,
+    device: &B::Device,
+) -> Result<PolicyOptimizer<Policy<B>, B>, burn::record::RecorderError> {
+    let r = recorder();
+    Ok(match optimizer {
+        PolicyOptimizer::AdamW(o) => {
+            PolicyOptimizer::AdamW(o.load_record(Recorder::<B>::load(&r, bytes, device)?))
+        }
+        PolicyOptimizer::Adam(o) => {
+            PolicyOptimizer::Adam(o.load_record(Recorder::<B>::load(&r, bytes, device)?))
+        }
+        PolicyOptimizer::Sgd(o) => {
+            PolicyOptimizer::Sgd(o.load_record(Recorder::<B>::load(&r, bytes, device)?))
+        }
+    })
 }
 
 /// Writes `bytes` to `path` so that `path` is never seen half-written: a temporary file in the
@@ -916,20 +941,8 @@ impl Checkpoint {
         what: &str,
         device: &B::Device,
     ) -> Result<PolicyOptimizer<Policy<B>, B>, CheckpointError> {
-        let r = recorder();
-        let bytes = bytes.to_vec();
-        let failed = |e: burn::record::RecorderError| self.corrupt(format!("{what}: {e}"));
-        Ok(match optimizer {
-            PolicyOptimizer::AdamW(o) => PolicyOptimizer::AdamW(
-                o.load_record(Recorder::<B>::load(&r, bytes, device).map_err(failed)?),
-            ),
-            PolicyOptimizer::Adam(o) => PolicyOptimizer::Adam(
-                o.load_record(Recorder::<B>::load(&r, bytes, device).map_err(failed)?),
-            ),
-            PolicyOptimizer::Sgd(o) => PolicyOptimizer::Sgd(
-                o.load_record(Recorder::<B>::load(&r, bytes, device).map_err(failed)?),
-            ),
-        })
+        optimizer_from_bytes(optimizer, bytes.to_vec(), device)
+            .map_err(|e| self.corrupt(format!("{what}: {e}")))
     }
 
     fn corrupt(&self, reason: String) -> CheckpointError {

@@ -56,7 +56,7 @@ pub struct LossStats {
 }
 
 /// Settings of [`policy_loss`], from the experiment's `algorithm` block.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PolicyLossConfig {
     /// Ratio clip range.
     pub clip: Clip,
@@ -87,7 +87,7 @@ pub fn policy_loss<B: Backend>(
 /// A reduction over some rows of a batch (a data-parallel replica's share), times its weight,
 /// is that part of the whole batch's reduction, so the shares' losses and gradients sum to the
 /// whole batch's.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Share {
     /// The rows' denominator over the batch's under `algorithm.aggregation` (agent tokens for
     /// `token_mean`, sequences with an agent token for the sequence means).

@@ -9,6 +9,8 @@
 //! random draws, so the whole run is fixed by the experiment's seed.
 
 mod eval;
+mod exchange;
+mod nodes;
 mod prepare;
 
 pub(crate) use eval::{eval_specs, evaluation_of, split_name};
@@ -45,6 +47,7 @@ use source::{Asynchronous, EpisodeSource, PipelineStats, Synchronous, refresh_st
 use state::{Critic, Identity, RunState};
 
 pub use crate::metrics::Evaluation;
+pub use nodes::{NodeConfig, Nodes, follow, serve_orchestrator};
 pub use replicas::fail_replica_at;
 pub use setup::TOKENIZER_VOCAB;
 pub use update::{LENGTH_BUCKET, score_in_buckets};
@@ -70,6 +73,9 @@ pub struct RunOptions {
     /// Connects `remote = "URL"` tasks ([`crate::tasks::RemoteTasks`]); without it they are
     /// an error. The `agentry` crate sets it to its HTTP client.
     pub remote_tasks: Option<Arc<dyn crate::tasks::RemoteTasks>>,
+    /// A multi-node invocation's leader (rank 0): its runs' data-parallel replicas are
+    /// `train.data_parallel` on each node ([`Nodes`]). The other ranks run [`follow`].
+    pub nodes: Option<Arc<Nodes>>,
 }
 
 impl Default for RunOptions {
@@ -82,6 +88,7 @@ impl Default for RunOptions {
             resume: None,
             shared_warmups: None,
             remote_tasks: None,
+            nodes: None,
         }
     }
 }
@@ -294,16 +301,23 @@ struct Trainer<B: TrainBackend> {
     run_dir: RunDir,
     /// The phase of the latest checkpoint written (or resumed from).
     saved: Option<Phase>,
-    /// `train.data_parallel > 1`: the other trainer replicas, from the first update on.
+    /// `train.data_parallel > 1`, or several nodes: the other trainer replicas, from the first
+    /// update on.
     replicas: Option<replicas::Replicas<B>>,
 }
 
 impl<B: TrainBackend> Trainer<B> {
     fn run(mut self) -> Result<RunSummary, RunError> {
         let out = Progress::new(0, "", true);
-        let replicas = match self.spec.train.data_parallel {
-            1 => String::new(),
-            n => format!(" ({n} data-parallel replicas)"),
+        let per_node = self.spec.train.data_parallel;
+        let replicas = match &self.options.nodes {
+            Some(nodes) => format!(
+                " ({} data-parallel replicas on {} nodes)",
+                nodes.replicas(per_node),
+                nodes.config().nodes
+            ),
+            None if per_node == 1 => String::new(),
+            None => format!(" ({per_node} data-parallel replicas)"),
         };
         out.println(format!(
             "experiment `{}` on {}{replicas} | {} tasks | {} demonstrations | vocab {}",

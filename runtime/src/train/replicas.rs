@@ -20,10 +20,11 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use agentry_dsl::spec;
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
@@ -35,9 +36,11 @@ use crate::model::{Policy, TrainBackend};
 use crate::optim::{Descent, GradientSum, PolicyOptimizer, descend_summed};
 use crate::text::Transcript;
 
+use super::nodes::{Message, Nodes, STOPPED, Start, send, within};
 use super::shares::{RlRowsData, RlSettings, rl_loss, sft_loss};
 
 /// One replica's part of an update, as data.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(super) enum Work {
     /// A warm-up step: the NLL of `transcripts`, weighed by `share`.
     Sft {
@@ -56,12 +59,25 @@ pub(super) enum Work {
 
 /// The replicas beside the leader, and the leader's place in the collective.
 pub(super) struct Replicas<B: TrainBackend> {
-    peers: Vec<Peer>,
+    link: Link,
     device: B::Device,
     grad_clip: Option<f64>,
     /// Held while the replicas live: one data-parallel run per process at a time, since
     /// burn's local collective is one per backend type.
     _lease: Lease,
+}
+
+/// How the leader reaches the other replicas.
+enum Link {
+    /// Threads of this process, each with its own channel.
+    Threads(Vec<Peer>),
+    /// Replicas on several nodes ([`super::nodes`]), `per_node` on each; the leader gives up
+    /// on them after `timeout`.
+    Nodes {
+        nodes: Arc<Nodes>,
+        per_node: usize,
+        timeout: Duration,
+    },
 }
 
 struct Peer {
@@ -71,7 +87,7 @@ struct Peer {
 }
 
 /// How a replica's update ended.
-enum Outcome {
+pub(super) enum Outcome {
     /// Its step is taken.
     Stepped,
     /// It failed on its own: the step's cause.
@@ -80,36 +96,72 @@ enum Outcome {
     Aborted(String),
 }
 
+/// What the replicas start from: the leader's run as it is at its first data-parallel update.
+pub(super) struct LeaderState<'a, B: TrainBackend> {
+    pub spec: &'a spec::Experiment,
+    pub policy: &'a Policy<B>,
+    pub optimizer: &'a PolicyOptimizer<Policy<B>, B>,
+    pub vocab: usize,
+    pub pad: u32,
+}
+
 impl<B: TrainBackend> Replicas<B> {
-    /// Starts `count - 1` replicas copying `policy` and `optimizer`, on `device` (the
-    /// leader's), and registers the leader as replica 0; waits for any other data-parallel
-    /// run of this process to end first.
+    /// Starts the other replicas from `origin`, on `device` (the leader's) or on other
+    /// `nodes` (`train.data_parallel` on each), and registers the leader as replica 0; waits
+    /// for any other data-parallel run of this process to end first.
     pub fn start(
-        count: usize,
-        policy: &Policy<B>,
-        optimizer: &PolicyOptimizer<Policy<B>, B>,
+        origin: LeaderState<'_, B>,
         device: &B::Device,
-        pad: u32,
-        grad_clip: Option<f64>,
+        nodes: Option<&Arc<Nodes>>,
     ) -> Result<Replicas<B>, String> {
         let lease = Lease::take();
+        let per_node = origin.spec.train.data_parallel;
+        let grad_clip = origin.spec.algorithm.grad_clip;
+        if let Some(nodes) = nodes {
+            let start = Start::of(
+                origin.spec,
+                origin.vocab,
+                origin.pad,
+                origin.policy,
+                origin.optimizer,
+            )?;
+            let timeout = nodes.with_cluster::<B, _>(per_node, device, |cluster| {
+                send::<B>(
+                    device,
+                    cluster.nodes,
+                    cluster.timeout,
+                    &Message::Start(Box::new(start)),
+                )
+                .inspect_err(|_| cluster.broken = true)?;
+                Ok(cluster.timeout)
+            })?;
+            return Ok(Replicas {
+                link: Link::Nodes {
+                    nodes: nodes.clone(),
+                    per_node,
+                    timeout,
+                },
+                device: device.clone(),
+                grad_clip,
+                _lease: lease,
+            });
+        }
         burn_collective::reset_collective::<B::InnerBackend>();
-        let config = CollectiveConfig::default().with_num_devices(count);
-        let peers = (1..count)
+        let config = CollectiveConfig::default().with_num_devices(per_node);
+        let peers = (1..per_node)
             .map(|r| {
                 let (work, jobs) = mpsc::channel();
                 let (report, outcomes) = mpsc::channel();
-                let replica = Replica {
-                    peer: PeerId::from(r as u32),
-                    device: device.clone(),
-                    // Fresh autodiff leaves: a replica's graph must not share nodes with the
-                    // leader's, or burn-autodiff merges the two graphs under one lock.
-                    policy: Policy::from_inner(policy.valid()),
-                    optimizer: optimizer.clone(),
-                    pad,
+                // Fresh autodiff leaves: a replica's graph must not share nodes with the
+                // leader's, or burn-autodiff merges the two graphs under one lock.
+                let replica = Replica::new(
+                    PeerId::from(r as u32),
+                    device.clone(),
+                    Policy::from_inner(origin.policy.valid()),
+                    origin.optimizer.clone(),
+                    origin.pad,
                     grad_clip,
-                    updates: 0,
-                };
+                );
                 let config = config.clone();
                 let thread = std::thread::Builder::new()
                     .name(format!("agentry-replica-{r}"))
@@ -123,7 +175,7 @@ impl<B: TrainBackend> Replicas<B> {
             })
             .collect::<Result<Vec<Peer>, String>>()?;
         let mut replicas = Replicas {
-            peers,
+            link: Link::Threads(peers),
             device: device.clone(),
             grad_clip,
             _lease: lease,
@@ -135,19 +187,41 @@ impl<B: TrainBackend> Replicas<B> {
 
     /// The number of replicas, the leader included.
     pub fn count(&self) -> usize {
-        self.peers.len() + 1
+        match &self.link {
+            Link::Threads(peers) => peers.len() + 1,
+            Link::Nodes {
+                nodes, per_node, ..
+            } => nodes.replicas(*per_node),
+        }
     }
 
-    /// Sends `work` to replica `r` (1..count).
-    pub fn send(&mut self, r: usize, work: Work) -> Result<(), String> {
-        let sent = self.peers[r - 1]
-            .work
-            .as_ref()
-            .is_some_and(|channel| channel.send(work).is_ok());
-        if sent {
-            Ok(())
-        } else {
-            Err(self.failure("its thread has ended".into()))
+    /// Hands `shares[r - 1]` to replica `r` (1..count).
+    pub fn dispatch(&mut self, shares: Vec<Work>) -> Result<(), String> {
+        match &mut self.link {
+            Link::Threads(peers) => {
+                let ended = shares
+                    .into_iter()
+                    .zip(peers.iter())
+                    .position(|(work, peer)| {
+                        peer.work
+                            .as_ref()
+                            .is_none_or(|channel| channel.send(work).is_err())
+                    });
+                match ended {
+                    Some(i) => Err(self.failure(format!("replica {}'s thread has ended", i + 1))),
+                    None => Ok(()),
+                }
+            }
+            Link::Nodes {
+                nodes, per_node, ..
+            } => {
+                let message = Message::Update(shares);
+                let device = self.device.clone();
+                nodes.with_cluster::<B, _>(*per_node, &device, |cluster| {
+                    send::<B>(&device, cluster.nodes, cluster.timeout, &message)
+                        .inspect_err(|_| cluster.broken = true)
+                })
+            }
         }
     }
 
@@ -162,7 +236,12 @@ impl<B: TrainBackend> Replicas<B> {
         scalars: &mut Vec<f32>,
         lr: f64,
     ) -> Result<(Policy<B>, Descent), String> {
+        let timeout = match &self.link {
+            Link::Threads(_) => None,
+            Link::Nodes { timeout, .. } => Some(*timeout),
+        };
         let mut sum = Collective::<B>::new(PeerId::from(0u32), &self.device, scalars, turn);
+        sum.timeout = timeout;
         let stepped = descend_summed(policy, optimizer, loss, lr, self.grad_clip, &mut sum);
         *scalars = std::mem::take(&mut sum.scalars);
         drop(sum);
@@ -171,49 +250,103 @@ impl<B: TrainBackend> Replicas<B> {
         Ok(stepped)
     }
 
-    /// Waits until every replica has taken its step: nothing the leader computes next (the
-    /// next rollouts) runs beside a replica's step, so a run does the same arithmetic in the
-    /// same order each time.
+    /// Waits until every replica of this node has taken its step: nothing the leader computes
+    /// next (the next rollouts) runs beside a replica's step, so a run does the same arithmetic
+    /// in the same order each time. (Other nodes' replicas have summed their gradients; their
+    /// steps run beside the leader's next rollouts, on their own devices.)
     fn stepped(&mut self) -> Result<(), String> {
-        for i in 0..self.peers.len() {
-            match self.peers[i].outcomes.recv() {
-                Ok(Outcome::Stepped) => {}
-                Ok(Outcome::Failed(reason)) => {
+        let outcomes = match &self.link {
+            Link::Threads(peers) => {
+                let outcomes = peers.iter().map(|peer| peer.outcomes.recv().ok());
+                outcomes.collect::<Vec<_>>()
+            }
+            Link::Nodes {
+                nodes, per_node, ..
+            } => nodes.with_cluster::<B, _>(*per_node, &self.device, |cluster| {
+                Ok(cluster
+                    .local
+                    .iter()
+                    .map(|local| local.recv().ok())
+                    .collect())
+            })?,
+        };
+        for (i, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Some(Outcome::Stepped) => {}
+                Some(Outcome::Failed(reason)) => {
                     return Err(format!("replica {} failed: {reason}", i + 1));
                 }
-                Ok(Outcome::Aborted(reason)) => return Err(self.failure(reason)),
-                Err(_) => return Err(format!("replica {}'s thread has ended", i + 1)),
+                Some(Outcome::Aborted(reason)) => return Err(self.failure(reason)),
+                None => return Err(format!("replica {}'s thread has ended", i + 1)),
             }
         }
         Ok(())
     }
 
-    /// Why the data-parallel step failed: the replica that failed on its own (waiting a
-    /// moment for its report), else the leader's own `error`.
+    /// Why the data-parallel step failed: a replica of this node that failed on its own
+    /// (waiting a moment for its report), else the leader's own `error`.
     fn failure(&mut self, error: String) -> String {
-        for (i, peer) in self.peers.iter().enumerate() {
-            loop {
-                match peer.outcomes.recv_timeout(Duration::from_secs(2)) {
-                    Ok(Outcome::Failed(reason)) => {
-                        return format!("replica {} failed: {reason}", i + 1);
+        let own = |outcomes: &[&Receiver<Outcome>]| {
+            for (i, outcomes) in outcomes.iter().enumerate() {
+                loop {
+                    match outcomes.recv_timeout(Duration::from_secs(2)) {
+                        Ok(Outcome::Failed(reason)) => {
+                            return Some(format!("replica {} failed: {reason}", i + 1));
+                        }
+                        Ok(Outcome::Stepped | Outcome::Aborted(_)) => continue,
+                        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
                     }
-                    Ok(Outcome::Stepped | Outcome::Aborted(_)) => continue,
-                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
                 }
             }
-        }
-        format!("the gradient all-reduce failed: {error}")
+            None
+        };
+        let found = match &self.link {
+            Link::Threads(peers) => own(&peers.iter().map(|p| &p.outcomes).collect::<Vec<_>>()),
+            Link::Nodes {
+                nodes, per_node, ..
+            } => nodes
+                .with_cluster::<B, _>(*per_node, &self.device, |cluster| {
+                    cluster.broken = true;
+                    Ok(own(&cluster.local.iter().collect::<Vec<_>>()))
+                })
+                .ok()
+                .flatten(),
+        };
+        found.unwrap_or_else(|| match self.link {
+            Link::Threads(_) => format!("the gradient all-reduce failed: {error}"),
+            Link::Nodes { .. } => format!("the gradient all-reduce failed ({error}): {STOPPED}"),
+        })
     }
 }
 
 impl<B: TrainBackend> Drop for Replicas<B> {
     fn drop(&mut self) {
-        for peer in &mut self.peers {
+        let peers = match &mut self.link {
+            Link::Threads(peers) => peers,
+            Link::Nodes {
+                nodes, per_node, ..
+            } => {
+                // The run is over; the replicas wait for the next one (unless the collective
+                // failed, which ends the invocation).
+                let ended = nodes.with_cluster::<B, _>(*per_node, &self.device, |cluster| {
+                    if cluster.broken {
+                        return Ok(());
+                    }
+                    send::<B>(&self.device, cluster.nodes, cluster.timeout, &Message::End)
+                        .inspect_err(|_| cluster.broken = true)
+                });
+                if let Err(reason) = ended {
+                    eprintln!("warning: could not tell the other nodes the run ended: {reason}");
+                }
+                return;
+            }
+        };
+        for peer in peers.iter_mut() {
             peer.work = None;
         }
         // Ends any sum a replica still waits in.
         burn_collective::reset_collective::<B::InnerBackend>();
-        for peer in &mut self.peers {
+        for peer in peers.iter_mut() {
             if let Some(thread) = peer.thread.take() {
                 let deadline = std::time::Instant::now() + Duration::from_secs(5);
                 while !thread.is_finished() && std::time::Instant::now() < deadline {
@@ -229,7 +362,7 @@ impl<B: TrainBackend> Drop for Replicas<B> {
 }
 
 /// A replica's thread state: its copy of the policy and of the optimizer.
-struct Replica<B: TrainBackend> {
+pub(super) struct Replica<B: TrainBackend> {
     peer: PeerId,
     device: B::Device,
     policy: Policy<B>,
@@ -241,6 +374,26 @@ struct Replica<B: TrainBackend> {
 }
 
 impl<B: TrainBackend> Replica<B> {
+    /// Replica `peer`, training `policy` with `optimizer` on `device`.
+    pub fn new(
+        peer: PeerId,
+        device: B::Device,
+        policy: Policy<B>,
+        optimizer: PolicyOptimizer<Policy<B>, B>,
+        pad: u32,
+        grad_clip: Option<f64>,
+    ) -> Self {
+        Replica {
+            peer,
+            device,
+            policy,
+            optimizer,
+            pad,
+            grad_clip,
+            updates: 0,
+        }
+    }
+
     /// Registers, then takes each update sent until the leader hangs up, reporting each
     /// outcome; on a failure resets the collective so no other replica waits for this one.
     fn serve(mut self, config: CollectiveConfig, jobs: Receiver<Work>, report: Sender<Outcome>) {
@@ -265,7 +418,9 @@ impl<B: TrainBackend> Replica<B> {
         burn_collective::reset_collective::<B::InnerBackend>();
     }
 
-    fn update(&mut self, work: Work) -> Result<(), Outcome> {
+    /// Takes its share of an update: its loss and gradients, their sum with every other
+    /// replica's, the step.
+    pub fn update(&mut self, work: Work) -> Result<(), Outcome> {
         self.updates += 1;
         if injected_fault(self.peer, self.updates) {
             panic!("a fault injected at its update {}", self.updates);
@@ -316,7 +471,7 @@ impl<B: TrainBackend> Replica<B> {
     }
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> String {
+pub(super) fn panic_message(panic: &(dyn Any + Send)) -> String {
     panic
         .downcast_ref::<String>()
         .cloned()
@@ -333,6 +488,9 @@ struct Collective<B: AutodiffBackend> {
     scalars: Vec<f32>,
     /// This replica's turn to compute, given back while it waits for the sum.
     turn: Option<Turn>,
+    /// How long to wait for the sum (the leader of a multi-node run); `None`: as long as it
+    /// takes.
+    timeout: Option<Duration>,
 }
 
 impl<B: AutodiffBackend> Collective<B> {
@@ -342,6 +500,7 @@ impl<B: AutodiffBackend> Collective<B> {
             device: device.clone(),
             scalars: scalars.to_vec(),
             turn: Some(turn),
+            timeout: None,
         }
     }
 }
@@ -375,12 +534,19 @@ impl<B: AutodiffBackend> GradientSum<B> for Collective<B> {
         parts.append(&mut flatten.parts);
         let flat = Tensor::cat(parts, 0);
         self.turn = None;
-        let summed = burn_collective::all_reduce::<B::InnerBackend>(
-            self.peer,
-            flat.into_primitive().tensor(),
-            ReduceOperation::Sum,
-        )
-        .map_err(|e| format!("{e:?}"));
+        let peer = self.peer;
+        let reduce = move || {
+            burn_collective::all_reduce::<B::InnerBackend>(
+                peer,
+                flat.into_primitive().tensor(),
+                ReduceOperation::Sum,
+            )
+            .map_err(|e| format!("{e:?}"))
+        };
+        let summed = match self.timeout {
+            None => reduce(),
+            Some(timeout) => within(timeout, "the other replicas", reduce),
+        };
         self.turn = Some(Turn::take());
         let summed = summed?;
         let summed = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(summed));

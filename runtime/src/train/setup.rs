@@ -25,6 +25,24 @@ pub const TOKENIZER_VOCAB: usize = 2048;
 /// `demonstrations`). The runtime's own choice, not a key of the language.
 const TOKENIZER_EPISODES_WITHOUT_WARMUP: usize = 64;
 
+/// The policy `spec` declares (LoRA adapters, frozen parts, recomputation) over `loaded`,
+/// with `vocab` tokens when built from scratch: what every run and every replica of a
+/// multi-node run ([`super::nodes`]) trains.
+pub(super) fn declared_policy<B: TrainBackend>(
+    loaded: Origin<'_, B>,
+    spec: &agentry_dsl::spec::Experiment,
+    vocab: usize,
+    device: &B::Device,
+) -> crate::model::Policy<B> {
+    let policy = match loaded {
+        Origin::Pretrained(checkpoint) => checkpoint.policy,
+        Origin::Scratch(arch) => PolicyConfig::from_arch(arch, vocab).init(device),
+    };
+    policy
+        .as_declared(&spec.model)
+        .with_recompute(spec.train.recompute)
+}
+
 impl<B: TrainBackend> Trainer<B> {
     /// `engine_devices` overrides the file's `placement` (see [`run_on_devices`]).
     pub(super) fn new(
@@ -94,15 +112,7 @@ impl<B: TrainBackend> Trainer<B> {
             .collect();
 
         B::seed(&device, spec.seed);
-        let policy = match loaded {
-            Origin::Pretrained(checkpoint) => checkpoint.policy,
-            Origin::Scratch(arch) => {
-                PolicyConfig::from_arch(arch, chat.tokenizer().vocab_size()).init(&device)
-            }
-        };
-        let policy = policy
-            .as_declared(&spec.model)
-            .with_recompute(spec.train.recompute);
+        let policy = declared_policy(loaded, &spec, chat.tokenizer().vocab_size(), &device);
         // Whatever uses the policy first (an evaluation's copy, a data-parallel replica, the
         // first update), its initial weights are these.
         crate::model::draw_weights(&policy);

@@ -15,7 +15,7 @@ use crate::text::Transcript;
 use super::update::{Padded, predicted_agent, score_in_buckets};
 
 /// What an RL update's loss needs besides its rows, the same for every epoch and replica.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct RlSettings {
     /// The policy loss's clip, aggregation, entropy and KL settings.
     pub loss: PolicyLossConfig,
@@ -28,7 +28,7 @@ pub(super) struct RlSettings {
 }
 
 /// PPO's value loss on the shared trunk.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct ValueSettings {
     /// The value clip.
     pub clip: f64,
@@ -54,7 +54,8 @@ pub(super) struct RlRows<B: Backend> {
     pub value_targets: Option<(Tensor<B, 2>, Tensor<B, 2>)>,
 }
 
-/// [`RlRows`] as plain data, to cross to a replica's thread (or device).
+/// [`RlRows`] as plain data, to cross to a replica's thread, device or node.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub(super) struct RlRowsData {
     transcripts: Vec<Transcript>,
     width: usize,

@@ -11,7 +11,7 @@ use agentry_dsl::spec::{self, AlgorithmKind, KlPlacement, SftSource, ValueHead};
 use super::Trainer;
 use super::prepare::{self, AdvantageStats, Advantages, Example, PreparedStats};
 use super::record::StepStats;
-use super::replicas::{Replicas, Turn, Work};
+use super::replicas::{LeaderState, Replicas, Turn, Work};
 use super::shares::{
     RlRows, RlSettings, RlTerms, ValueSettings, rl_loss, sft_loss, split, token_share,
 };
@@ -364,16 +364,17 @@ impl<B: TrainBackend> Trainer<B> {
             return Ok(self.step_alone(loss, lr));
         };
         let shares = split(batch.len(), replicas.count());
-        for (r, range) in shares.iter().enumerate().skip(1) {
-            let work = Work::Sft {
+        let works = shares[1..]
+            .iter()
+            .map(|range| Work::Sft {
                 transcripts: batch[range.clone()].to_vec(),
                 share: token_share(&batch, range.clone()),
                 lr,
-            };
-            replicas
-                .send(r, work)
-                .map_err(|reason| RunError::DataParallel { at, reason })?;
-        }
+            })
+            .collect();
+        replicas
+            .dispatch(works)
+            .map_err(|reason| RunError::DataParallel { at, reason })?;
         let mine = shares[0].clone();
         let share = token_share(&batch, mine.clone());
         let turn = Turn::take();
@@ -408,17 +409,18 @@ impl<B: TrainBackend> Trainer<B> {
             return Ok((descent, terms));
         };
         let shares = split(rows.len(), replicas.count());
-        for (r, range) in shares.iter().enumerate().skip(1) {
-            let work = Work::Rl {
+        let works = shares[1..]
+            .iter()
+            .map(|range| Work::Rl {
                 rows: rows.rows(range.clone()).into_data(),
                 share: rows.share(range.clone(), &settings.loss),
                 settings: *settings,
                 lr,
-            };
-            replicas
-                .send(r, work)
-                .map_err(|reason| RunError::DataParallel { at, reason })?;
-        }
+            })
+            .collect();
+        replicas
+            .dispatch(works)
+            .map_err(|reason| RunError::DataParallel { at, reason })?;
         let mine = shares[0].clone();
         let share = rows.share(mine.clone(), &settings.loss);
         let turn = Turn::take();
@@ -441,20 +443,20 @@ impl<B: TrainBackend> Trainer<B> {
     /// The data-parallel replicas, started on first use (from the policy and optimizer as
     /// they are then); `None` for one trainer.
     fn replicas(&mut self, at: Update) -> Result<Option<&mut Replicas<B>>, RunError> {
-        let count = self.spec.train.data_parallel;
-        if count <= 1 {
+        let nodes = self.options.nodes.as_ref();
+        if self.spec.train.data_parallel <= 1 && nodes.is_none() {
             return Ok(None);
         }
         if self.replicas.is_none() {
-            let replicas = Replicas::start(
-                count,
-                &self.state.policy,
-                &self.state.optimizer,
-                &self.device,
-                self.chat.tokenizer().pad(),
-                self.spec.algorithm.grad_clip,
-            )
-            .map_err(|reason| RunError::DataParallel { at, reason })?;
+            let origin = LeaderState {
+                spec: &self.spec,
+                policy: &self.state.policy,
+                optimizer: &self.state.optimizer,
+                vocab: self.chat.tokenizer().vocab_size(),
+                pad: self.chat.tokenizer().pad(),
+            };
+            let replicas = Replicas::start(origin, &self.device, nodes)
+                .map_err(|reason| RunError::DataParallel { at, reason })?;
             self.replicas = Some(replicas);
         }
         Ok(self.replicas.as_mut())
