@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench_pipeline [-- --steps 30] [--env-ms 100] [--engines 4]
-//!     [--max-staleness 4] [--data-parallel N] [--quick]
+//!     [--max-staleness 4] [--remote] [--data-parallel N] [--quick]
 //! ```
 //!
 //! Every run trains the same small policy with the same seed and number of steps on `wait`, a
@@ -20,6 +20,12 @@
 //! it), the fraction of trained tokens an older policy sampled, and each async run's ratio to
 //! sync. Target (issue 21): async with partial rollouts at least 2× sync, with the trainer idle
 //! under 10%.
+//!
+//! `--remote` serves the task from an AgentRL-compatible worker behind a controller, both on
+//! loopback in this process, as AgentBench's environments are deployed: every step is then an
+//! HTTP call, on top of `--env-ms`. A remote task has no oracle, so the warm-up's
+//! demonstrations come from an in-process twin (`wait_demo`, the curriculum's first stage);
+//! every RL step after the first plays on the worker.
 //!
 //! `--data-parallel N` adds a synchronous run whose updates are shared by `N` trainer replicas
 //! (`train { data_parallel = N }`) and prints what an update costs there against one trainer:
@@ -119,7 +125,8 @@ impl Experiment for Bench {
     }
 
     fn user_task(&self, name: &str) -> Option<Box<dyn TaskGenerator>> {
-        (name == "wait").then(|| Box::new(Wait { latency: self.1 }) as Box<dyn TaskGenerator>)
+        matches!(name, "wait" | "wait_demo")
+            .then(|| Box::new(Wait { latency: self.1 }) as Box<dyn TaskGenerator>)
     }
 }
 
@@ -151,6 +158,8 @@ struct Shared {
     /// Asynchronous rollout workers, each keeping `batch` episodes under way.
     engines: usize,
     max_staleness: u64,
+    /// The controller's API base, when the task is served over HTTP (`--remote`).
+    remote: Option<String>,
 }
 
 fn source(setup: &Setup, shared: &Shared) -> String {
@@ -159,6 +168,7 @@ fn source(setup: &Setup, shared: &Shared) -> String {
         batch,
         engines,
         max_staleness,
+        ref remote,
     } = *shared;
     let Setup {
         mode,
@@ -176,13 +186,24 @@ fn source(setup: &Setup, shared: &Shared) -> String {
     // Every episode under way may wait on its environment at once: the environment is not
     // where the bench should queue.
     let env_workers = batch * engines;
+    let tasks = match remote {
+        None => "task wait { env = crate::Wait, max_turns = 16 }".to_string(),
+        Some(url) => format!(
+            "task wait {{ remote = \"{url}\", max_turns = 16 }}
+    task wait_demo {{ env = crate::Wait, max_turns = 16 }}
+    curriculum {{
+        stage demonstrations {{ until = 1, tasks = [wait_demo] }}
+        stage remote {{ tasks = [wait] }}
+    }}"
+        ),
+    };
     format!(
         r#"
 experiment bench_pipeline_{name} {{
     seed = 3
     device = flex
     model policy {{ arch = transformer {{ layers = 2, d_model = 64, heads = 4, context = 256 }} }}
-    task wait {{ env = crate::Wait, max_turns = 16 }}
+    {tasks}
     // The KL penalty on the reward keeps every update non-trivial (all episodes succeed).
     algorithm grpo {{ group_size = 2, kl = k1(0.05, as = reward) }}
     pool {{ engines = {engines}, max_staleness = {max_staleness}, mode = {mode}{interrupt}, env_workers = {env_workers} }}
@@ -225,9 +246,18 @@ fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
         updating += update;
         stale += record["stale_tokens"].as_f64().unwrap_or(0.0);
         steps += 1;
-        turns += record["tasks"]["wait"]["mean_turns"]
-            .as_f64()
-            .unwrap_or(0.0);
+        // `wait`, or with `--remote` its in-process twin on the first step.
+        let (mut played, mut taken) = (0.0, 0.0);
+        for task in record["tasks"]
+            .as_object()
+            .into_iter()
+            .flat_map(|t| t.values())
+        {
+            let episodes = task["episodes"].as_f64().unwrap_or(0.0);
+            played += episodes;
+            taken += episodes * task["mean_turns"].as_f64().unwrap_or(0.0);
+        }
+        turns += taken / played.max(1.0);
     }
     Ok(Measured {
         trajectories_per_second: (steps * batch) as f64 / wall.max(1e-9),
@@ -236,6 +266,27 @@ fn measure(run_dir: &Path, batch: usize) -> agentry::Result<Measured> {
         update_seconds: updating / steps.max(1) as f64,
         stale_tokens: stale / steps.max(1) as f64,
     })
+}
+
+/// A controller and a worker serving `Wait` (each step `latency`) with room for `sessions`
+/// episodes at once, on loopback; they serve until dropped.
+fn serve_remotely(
+    latency: std::time::Duration,
+    sessions: usize,
+) -> agentry::Result<(agentry::serve::Server, agentry::serve::Server)> {
+    use agentry::serve::{controller, worker};
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let controller = controller::serve(controller::ControllerConfig::new(loopback))?;
+    let mut config = worker::WorkerConfig::new("wait", loopback);
+    config.controller = Some(controller.url());
+    config.concurrency = sessions;
+    // Steps wait out their latency: every session's may be waited out at once.
+    config.env_threads = sessions;
+    config.split = agentry::env::Split::Train;
+    config.instances = 1000;
+    config.max_turns = 16;
+    let worker = worker::serve(std::sync::Arc::new(Wait { latency }), config)?;
+    Ok((controller, worker))
 }
 
 /// A flag's value: a number of at least `min`, or the error `usage`.
@@ -253,7 +304,7 @@ fn number<T: std::str::FromStr + PartialOrd>(
 fn main() -> agentry::Result<()> {
     let (mut steps, mut batch, mut env_ms) = (30u64, 16usize, 0u64);
     let (mut engines, mut max_staleness) = (1usize, 2u64);
-    let mut replicas = None;
+    let (mut replicas, mut remote) = (None, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -275,19 +326,30 @@ fn main() -> agentry::Result<()> {
                 max_staleness = number(args.next(), 0, "--max-staleness needs a number of steps")?;
             }
             "--quick" => (steps, batch) = (4, 8),
+            "--remote" => remote = true,
             other => anyhow::bail!(
                 "unknown argument `{other}`; usage: bench_pipeline [--steps N] [--env-ms MS] \
-                 [--engines N] [--max-staleness S] [--data-parallel N] [--quick]"
+                 [--engines N] [--max-staleness S] [--remote] [--data-parallel N] [--quick]"
             ),
         }
     }
+    let latency = std::time::Duration::from_millis(env_ms);
+    // With `--remote`, the task's worker and its controller, serving until the bench ends.
+    let servers = remote
+        .then(|| serve_remotely(latency, batch * engines))
+        .transpose()?;
     let out: PathBuf = std::env::temp_dir().join("agentry-bench-pipeline");
     let _ = std::fs::remove_dir_all(&out);
     println!(
         "{steps} RL steps of {batch} episodes (lengths 1-16 turns, long tail, {env_ms} ms a \
-         step); async: {engines} engine(s), max_staleness {max_staleness}\n\
+         step{}); async: {engines} engine(s), max_staleness {max_staleness}\n\
          | mode | trajectories/s | mean turns | trainer idle | update s/step | stale tokens |\n\
-         |---|---:|---:|---:|---:|---:|"
+         |---|---:|---:|---:|---:|---:|",
+        if remote {
+            ", over HTTP: worker and controller on loopback"
+        } else {
+            ""
+        }
     );
     let async_run = |interrupt| Setup {
         mode: "async",
@@ -314,6 +376,7 @@ fn main() -> agentry::Result<()> {
         batch,
         engines,
         max_staleness,
+        remote: servers.as_ref().map(|(controller, _)| controller.url()),
     };
     let mut measured = Vec::new();
     for setup in &setups {
@@ -323,9 +386,9 @@ fn main() -> agentry::Result<()> {
         let options = RunOptions {
             out: out.clone(),
             quiet: true,
+            remote_tasks: Some(std::sync::Arc::new(agentry::serve::HttpRemoteTasks)),
             ..RunOptions::default()
         };
-        let latency = std::time::Duration::from_millis(env_ms);
         let summary = agentry::run(&Bench(spec, latency), &options)?;
         let run = measure(&summary.run_dir, batch)?;
         println!(

@@ -145,6 +145,7 @@ impl RunArgs {
             }
             Some(config) => {
                 let nodes = train::Nodes::new(config).map_err(anyhow::Error::msg)?;
+                nodes.join(specs, self.device)?;
                 options.nodes = Some(std::sync::Arc::new(nodes));
                 Ok(Some(options))
             }

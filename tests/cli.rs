@@ -1417,6 +1417,18 @@ fn updates(dir: &std::path::Path) -> Vec<Vec<(f64, f64)>> {
         .collect()
 }
 
+/// `agentry orchestrator` on a free port of loopback, and its address.
+fn orchestrator() -> (Killed, String) {
+    let port = free_port();
+    let process = Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args(["orchestrator", "--port", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    (Killed(process), format!("ws://127.0.0.1:{port}"))
+}
+
 /// `agentry run --nodes 2`: rank 0 runs the sweep, rank 1 trains beside it, `per_node`
 /// replicas on each, through `agentry orchestrator` on loopback; every update is one process's
 /// with as many replicas (the same summands), and rank 1 writes nothing and exits when rank 0
@@ -1434,16 +1446,7 @@ fn nodes_train_as_one_process(per_node: usize) {
     let all = file(2 * per_node);
     assert_success(&agentry(&["run", &all, "--out", &one_process, "--quiet"]));
 
-    let port = free_port();
-    let _orchestrator = Killed(
-        Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args(["orchestrator", "--port", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let orchestrator = format!("ws://127.0.0.1:{port}");
+    let (_orchestrator, orchestrator) = orchestrator();
     let each = file(per_node);
     let node = |rank: u32, out: &str| {
         let address = format!("ws://127.0.0.1:{}", free_port());
@@ -1524,16 +1527,7 @@ fn a_node_that_stops_fails_the_step_and_the_run_resumes() {
         .replace("sweep { seeds = [1, 2] }", "");
     std::fs::write(&file, source).unwrap();
     let file = file.to_str().unwrap().to_string();
-    let port = free_port();
-    let _orchestrator = Killed(
-        Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args(["orchestrator", "--port", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let orchestrator = format!("ws://127.0.0.1:{port}");
+    let (_orchestrator, orchestrator) = orchestrator();
     let out = root.join("runs");
     let node = |rank: u32, resume: Option<&std::path::Path>| {
         let address = format!("ws://127.0.0.1:{}", free_port());

@@ -229,6 +229,9 @@ impl Job {
     ) -> Result<Self, RunError> {
         let spec = options.overridden(experiment.spec())?.into_inner();
         unsupported(&spec)?;
+        if options.nodes.is_some() {
+            nodes::refuse_unsupported(&spec)?;
+        }
         let remote = options.remote_tasks.as_deref();
         let tasks = crate::tasks::resolve(&|name| experiment.user_task(name), remote, &spec)?;
         let task_versions: BTreeMap<String, String> = spec

@@ -14,9 +14,9 @@
 //!   replica takes part in ([`super::replicas`]);
 //! - `End`: the run is over; `Quit`: the invocation is, and every rank's process exits.
 //!
-//! The nodes register with the orchestrator once per process (burn's orchestrator numbers nodes
-//! by arrival and cannot take the same node twice), so one session spans every run of the
-//! invocation. Peer `rank · data_parallel + i` is replica `i` of node `rank`; the leader is
+//! The nodes register with the orchestrator once per process, so one session spans every run of
+//! the invocation (registering for each run would race: a node could register for the next run
+//! before another had left the last). Peer `rank · data_parallel + i` is replica `i` of node `rank`; the leader is
 //! peer 0.
 
 use std::any::Any;
@@ -109,8 +109,9 @@ fn port_of(url: &str) -> Result<u16, String> {
 }
 
 /// A multi-node invocation's membership, shared by all its runs ([`super::RunOptions::nodes`]):
-/// the leader joins the collective at its first data-parallel update and stays joined until
-/// this is dropped, which tells every other rank to exit.
+/// rank 0 joins the collective before its first run ([`Nodes::join`]; a run's first update
+/// joins if nothing did) and stays joined until this is dropped, which tells every other rank
+/// to exit.
 pub struct Nodes {
     config: NodeConfig,
     /// The leader's side of the session, once joined ([`Cluster`] of the run's backend).
@@ -130,6 +131,21 @@ impl Nodes {
     /// Where this process is.
     pub fn config(&self) -> &NodeConfig {
         &self.config
+    }
+
+    /// Rank 0 joins the other nodes for the runs of `specs` (`device` overrides theirs),
+    /// waiting for them up to the timeout: before any run, so that a rank that never comes is
+    /// an error at once, and so that the others hear when the invocation ends even if no run
+    /// reaches an update.
+    pub fn join(&self, specs: &[spec::Experiment], device: Option<Device>) -> Result<(), RunError> {
+        let (per_node, kind) = agreed(specs, device)?;
+        device::dispatch(
+            kind,
+            Join {
+                nodes: self,
+                per_node,
+            },
+        )?
     }
 
     /// Trainer replicas in all, for `per_node` on each node.
@@ -462,6 +478,19 @@ pub fn serve_orchestrator(port: u16) -> Result<(), String> {
     Ok(())
 }
 
+/// Refuses what several nodes cannot train as one process would: LoRA with dropout, whose
+/// masks each node would draw from its own random stream (the checker refuses it for
+/// `data_parallel > 1` on one node, for the same reason).
+pub(super) fn refuse_unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
+    match &spec.model.finetune {
+        spec::Finetune::Lora(lora) if lora.dropout > 0.0 => Err(RunError::Unsupported(format!(
+            "`{}` trains LoRA with dropout ({}), which several nodes cannot repeat from the              seed: each would draw its masks from its own random stream; set `lora {{ dropout              = 0 }}` to train on several nodes",
+            spec.name, lora.dropout
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Runs rank `config.rank` (> 0) of a multi-node invocation of `specs` (every run of it,
 /// which must agree on the device and on `train.data_parallel`): its replicas take the
 /// leader's updates until the leader is done. `device` overrides the files'.
@@ -476,11 +505,24 @@ pub fn follow(
             "rank 0 leads the run: it runs the experiments, the other ranks follow".into(),
         ));
     }
+    let (per_node, kind) = agreed(specs, device)?;
+    device::dispatch(
+        kind,
+        Follower {
+            config: config.clone(),
+            per_node,
+        },
+    )?
+}
+
+/// The replicas per node and the device every run of `specs` (on every node) must share.
+fn agreed(specs: &[spec::Experiment], device: Option<Device>) -> Result<(usize, Device), RunError> {
     let first = specs
         .first()
-        .ok_or_else(|| RunError::Unsupported("no experiment to follow".into()))?;
+        .ok_or_else(|| RunError::Unsupported("no experiment to run on the nodes".into()))?;
     let kind = device::resolve(device.unwrap_or(first.device));
     for spec in specs {
+        refuse_unsupported(spec)?;
         if device::resolve(device.unwrap_or(spec.device)) != kind
             || spec.train.data_parallel != first.train.data_parallel
         {
@@ -491,14 +533,22 @@ pub fn follow(
             )));
         }
     }
-    let per_node = first.train.data_parallel;
-    device::dispatch(
-        kind,
-        Follower {
-            config: config.clone(),
-            per_node,
-        },
-    )?
+    Ok((first.train.data_parallel, kind))
+}
+
+struct Join<'a> {
+    nodes: &'a Nodes,
+    per_node: usize,
+}
+
+impl OnBackend for Join<'_> {
+    type Output = Result<(), RunError>;
+
+    fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
+        self.nodes
+            .with_cluster::<B, _>(self.per_node, &device, |_| Ok(()))
+            .map_err(|reason| RunError::Unsupported(format!("cannot join the nodes: {reason}")))
+    }
 }
 
 struct Follower {
