@@ -375,10 +375,12 @@ fn main() -> ExitCode {
                 });
             finish(result)
         }
-        Command::Orchestrator { port } => {
-            eprintln!("orchestrator listening on ws://0.0.0.0:{port}");
-            finish(agentry::train::serve_orchestrator(port).map_err(|e| format!("error: {e}")))
-        }
+        Command::Orchestrator { port } => finish(
+            agentry::train::serve_orchestrator(port, || {
+                eprintln!("orchestrator listening on ws://0.0.0.0:{port}");
+            })
+            .map_err(|e| format!("error: {e}")),
+        ),
         Command::Controller { host, port, token } => {
             let mut config = agentry_serve::ControllerConfig::new(SocketAddr::new(host, port));
             config.token = match token.token() {

@@ -1603,6 +1603,20 @@ fn a_node_that_stops_fails_the_step_and_the_run_resumes() {
 }
 
 #[test]
+fn orchestrator_on_a_port_in_use_is_an_error() {
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let out = agentry(&["orchestrator", "--port", &port]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("error: cannot listen on port {port}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("listening"), "{stderr}");
+}
+
+#[test]
 fn node_flags_are_checked_before_any_work() {
     let cases: [(&[&str], &str); 3] = [
         (

@@ -463,13 +463,15 @@ fn serve<B: TrainBackend>(
 
 /// Serves burn's global collective orchestrator on `port` (every interface) until the process
 /// is stopped: every node of a multi-node run registers with it, and it tells each where the
-/// others are (the tensors go between the nodes directly).
-pub fn serve_orchestrator(port: u16) -> Result<(), String> {
+/// others are (the tensors go between the nodes directly). `listening` is called once the port
+/// is known to be free.
+pub fn serve_orchestrator(port: u16, listening: impl FnOnce()) -> Result<(), String> {
     // burn's server only logs a port it cannot take; say so here instead.
     drop(
         std::net::TcpListener::bind(("0.0.0.0", port))
             .map_err(|e| format!("cannot listen on port {port}: {e}"))?,
     );
+    listening();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
