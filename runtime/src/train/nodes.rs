@@ -71,7 +71,7 @@ impl NodeConfig {
         }
         if self.rank >= self.nodes {
             return Err(format!(
-                "--node-rank {} is not below --nodes {}: ranks are 0..{}",
+                "--node-rank {} is not below --nodes {}: ranks go from 0 to {}",
                 self.rank,
                 self.nodes,
                 self.nodes - 1
