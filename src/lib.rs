@@ -114,12 +114,11 @@ impl RunArgs {
     }
 
     /// Where this process is among the nodes the command line names; `None` for one node.
-    pub fn node_config(&self) -> Result<Option<train::NodeConfig>> {
-        let Some(nodes) = self.nodes else {
-            return Ok(None);
-        };
+    /// Unchecked: [`train::Nodes::new`] and [`train::follow`] check it.
+    pub fn node_config(&self) -> Option<train::NodeConfig> {
+        let nodes = self.nodes?;
         let rank = self.node_rank.unwrap_or(0);
-        let config = train::NodeConfig {
+        Some(train::NodeConfig {
             nodes,
             rank,
             orchestrator: self.orchestrator.clone().unwrap_or_default(),
@@ -128,9 +127,7 @@ impl RunArgs {
                 .clone()
                 .unwrap_or_else(|| format!("ws://127.0.0.1:{}", 29500 + rank)),
             timeout: std::time::Duration::from_secs(self.node_timeout),
-        };
-        config.check().map_err(anyhow::Error::msg)?;
-        Ok(Some(config))
+        })
     }
 
     /// Runs `specs`' sweeps as `run` does, unless this is a node of a multi-node run other
@@ -138,7 +135,7 @@ impl RunArgs {
     /// Rank 0's options come back with the nodes it leads.
     pub fn leading(&self, specs: &[spec::Experiment]) -> Result<Option<RunOptions>> {
         let mut options = self.options();
-        match self.node_config()? {
+        match self.node_config() {
             Some(config) if config.rank > 0 => {
                 train::follow(&config, specs, self.device)?;
                 Ok(None)

@@ -1402,18 +1402,7 @@ const NODES: &str = r#"experiment tiny_nodes {
 fn updates(dir: &std::path::Path) -> Vec<Vec<(f64, f64)>> {
     run_dirs(dir)
         .iter()
-        .map(|run| {
-            common::metrics(run)
-                .iter()
-                .filter(|l| matches!(l["phase"].as_str(), Some("sft" | "rl")))
-                .map(|l| {
-                    (
-                        l["loss"].as_f64().unwrap(),
-                        l["grad_norm"].as_f64().unwrap(),
-                    )
-                })
-                .collect()
-        })
+        .map(|run| common::losses(run))
         .collect()
 }
 
@@ -1643,6 +1632,36 @@ fn node_flags_are_checked_before_any_work() {
         assert!(stderr.contains(message), "{flags:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+    // LoRA dropout on several nodes, on either rank, before any work.
+    let root = common::scratch_in("cli", "cli-nodes-dropout");
+    let file = root.join("lora.arl");
+    let lora = NODES.replace("REPLICAS", "1").replace(
+        "context = 128 } }",
+        "context = 128 }\n        finetune = lora { rank = 2, dropout = 0.1 } }",
+    );
+    std::fs::write(&file, lora).unwrap();
+    let out_dir = root.join("runs");
+    for rank in ["0", "1"] {
+        let args = [
+            "run",
+            file.to_str().unwrap(),
+            "--nodes",
+            "2",
+            "--node-rank",
+            rank,
+        ];
+        let mut args = args.to_vec();
+        args.extend(["--orchestrator", "ws://127.0.0.1:9"]);
+        args.extend(["--out", out_dir.to_str().unwrap()]);
+        let out = agentry(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "rank {rank}");
+        assert!(
+            stderr.contains("trains LoRA with dropout (0.1), which several nodes cannot repeat"),
+            "rank {rank}: {stderr}"
+        );
+    }
+    assert!(!out_dir.exists(), "a refused run started");
     let out = agentry(&["run", "experiments/quickstart.arl", "--nodes", "2"]);
     assert!(!out.status.success());
     assert!(

@@ -280,7 +280,7 @@ impl Start {
 }
 
 /// Sends `message` from the leader (peer 0) to every replica.
-pub(super) fn send<B: TrainBackend>(
+fn send<B: TrainBackend>(
     device: &B::Device,
     nodes: usize,
     timeout: Duration,
@@ -337,10 +337,11 @@ pub(super) fn within<T: Send + 'static>(
 /// The leader's side of the session: its registration, and the other replicas of its own node
 /// (threads that report each update's outcome, as a one-node run's replicas do).
 pub(super) struct Cluster<B: TrainBackend> {
-    pub device: B::Device,
-    pub per_node: usize,
-    pub nodes: usize,
-    pub timeout: Duration,
+    device: B::Device,
+    per_node: usize,
+    nodes: usize,
+    timeout: Duration,
+    /// Each update's outcome on the other replicas of the leader's node.
     pub local: Vec<Receiver<Outcome>>,
     /// A message or a sum failed: the collective is in an unknown state, so nothing more is
     /// sent (the leader would only wait out the timeout again).
@@ -357,20 +358,20 @@ impl<B: TrainBackend> Cluster<B> {
         let mut threads = Vec::new();
         for i in 1..per_node {
             let (report, outcomes) = mpsc::channel();
-            let peer = PeerId::from(i as u32);
-            let (device, collective) = (device.clone(), collective.clone());
-            let nodes = config.nodes as usize;
-            let thread = std::thread::Builder::new()
-                .name(format!("agentry-replica-{i}"))
-                .spawn(move || {
-                    if let Err(reason) =
-                        serve::<B>(peer, &device, collective, nodes, Some(report.clone()))
-                    {
-                        let _ = report.send(Outcome::Failed(reason));
+            let failed = report.clone();
+            let thread = spawn_replica::<B>(
+                config,
+                PeerId::from(i as u32),
+                device,
+                &collective,
+                Some(report),
+                move |served| {
+                    if let Err(reason) = served {
+                        let _ = failed.send(Outcome::Failed(reason));
                         burn_collective::reset_collective::<B::InnerBackend>();
                     }
-                })
-                .map_err(|e| format!("cannot start replica {i}: {e}"))?;
+                },
+            )?;
             local.push(outcomes);
             threads.push(thread);
         }
@@ -399,16 +400,28 @@ impl<B: TrainBackend> Cluster<B> {
     }
 }
 
+impl<B: TrainBackend> Cluster<B> {
+    /// Sends `message` to every other replica, unless the collective already failed; a
+    /// failure now marks it failed.
+    pub fn send(&mut self, message: &Message) -> Result<(), String> {
+        if self.broken {
+            return Err(format!("an earlier message or sum failed: {STOPPED}"));
+        }
+        send::<B>(&self.device, self.nodes, self.timeout, message)
+            .inspect_err(|_| self.broken = true)
+    }
+}
+
 impl<B: TrainBackend> Session for Cluster<B> {
     fn as_any(&mut self) -> &mut dyn Any {
         self
     }
 
-    fn quit(self: Box<Self>) {
+    fn quit(mut self: Box<Self>) {
         if self.broken {
             return;
         }
-        if let Err(reason) = send::<B>(&self.device, self.nodes, self.timeout, &Message::Quit) {
+        if let Err(reason) = self.send(&Message::Quit) {
             eprintln!("warning: could not tell the other nodes to stop: {reason}");
             return;
         }
@@ -416,6 +429,24 @@ impl<B: TrainBackend> Session for Cluster<B> {
             let _ = thread.join();
         }
     }
+}
+
+/// Starts replica `peer` of this node on its own thread ([`serve`]), reporting each update to
+/// `report` (the leader's node); `ended` gets how its service ended.
+fn spawn_replica<B: TrainBackend>(
+    config: &NodeConfig,
+    peer: PeerId,
+    device: &B::Device,
+    collective: &CollectiveConfig,
+    report: Option<Sender<Outcome>>,
+    ended: impl FnOnce(Result<(), String>) + Send + 'static,
+) -> Result<JoinHandle<()>, String> {
+    let (device, collective) = (device.clone(), collective.clone());
+    let nodes = config.nodes as usize;
+    std::thread::Builder::new()
+        .name(format!("agentry-replica-{}", peer.0))
+        .spawn(move || ended(serve::<B>(peer, &device, collective, nodes, report)))
+        .map_err(|e| format!("cannot start replica {}: {e}", peer.0))
 }
 
 /// Replica `peer` of a node: takes the leader's messages until it quits. `report` (the
@@ -486,7 +517,9 @@ pub fn serve_orchestrator(port: u16, listening: impl FnOnce()) -> Result<(), Str
 pub(super) fn refuse_unsupported(spec: &spec::Experiment) -> Result<(), RunError> {
     match &spec.model.finetune {
         spec::Finetune::Lora(lora) if lora.dropout > 0.0 => Err(RunError::Unsupported(format!(
-            "`{}` trains LoRA with dropout ({}), which several nodes cannot repeat from the              seed: each would draw its masks from its own random stream; set `lora {{ dropout              = 0 }}` to train on several nodes",
+            "`{}` trains LoRA with dropout ({}), which several nodes cannot repeat from the \
+             seed: each would draw its masks from its own random stream; set `lora {{ dropout \
+             = 0 }}` to train on several nodes",
             spec.name, lora.dropout
         ))),
         _ => Ok(()),
@@ -566,16 +599,20 @@ impl OnBackend for Follower {
             |reason: String| RunError::Unsupported(format!("node {}: {reason}", self.config.rank));
         let collective = self.config.collective(self.per_node).map_err(failed)?;
         let (ended, ends) = mpsc::channel();
-        let nodes = self.config.nodes as usize;
         for i in 0..self.per_node {
             let peer = PeerId::from((self.config.rank as usize * self.per_node + i) as u32);
-            let (device, collective, ended) = (device.clone(), collective.clone(), ended.clone());
-            std::thread::Builder::new()
-                .name(format!("agentry-replica-{}", peer.0))
-                .spawn(move || {
-                    let _ = ended.send((peer, serve::<B>(peer, &device, collective, nodes, None)));
-                })
-                .map_err(|e| failed(format!("cannot start a replica: {e}")))?;
+            let ended = ended.clone();
+            spawn_replica::<B>(
+                &self.config,
+                peer,
+                &device,
+                &collective,
+                None,
+                move |served| {
+                    let _ = ended.send((peer, served));
+                },
+            )
+            .map_err(failed)?;
         }
         drop(ended);
         for (peer, end) in ends {

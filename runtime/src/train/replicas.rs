@@ -36,7 +36,7 @@ use crate::model::{Policy, TrainBackend};
 use crate::optim::{Descent, GradientSum, PolicyOptimizer, descend_summed};
 use crate::text::Transcript;
 
-use super::nodes::{Message, Nodes, STOPPED, Start, send, within};
+use super::nodes::{Message, Nodes, STOPPED, Start, within};
 use super::shares::{RlRowsData, RlSettings, rl_loss, sft_loss};
 
 /// One replica's part of an update, as data.
@@ -71,13 +71,8 @@ pub(super) struct Replicas<B: TrainBackend> {
 enum Link {
     /// Threads of this process, each with its own channel.
     Threads(Vec<Peer>),
-    /// Replicas on several nodes ([`super::nodes`]), `per_node` on each; the leader gives up
-    /// on them after `timeout`.
-    Nodes {
-        nodes: Arc<Nodes>,
-        per_node: usize,
-        timeout: Duration,
-    },
+    /// Replicas on several nodes ([`super::nodes`]), `per_node` on each.
+    Nodes { nodes: Arc<Nodes>, per_node: usize },
 }
 
 struct Peer {
@@ -106,40 +101,32 @@ pub(super) struct LeaderState<'a, B: TrainBackend> {
 }
 
 impl<B: TrainBackend> Replicas<B> {
-    /// Starts the other replicas from `origin`, on `device` (the leader's) or on other
+    /// Starts the other replicas from `leader`, on `device` (the leader's) or on other
     /// `nodes` (`train.data_parallel` on each), and registers the leader as replica 0; waits
     /// for any other data-parallel run of this process to end first.
     pub fn start(
-        origin: LeaderState<'_, B>,
+        leader: LeaderState<'_, B>,
         device: &B::Device,
         nodes: Option<&Arc<Nodes>>,
     ) -> Result<Replicas<B>, String> {
         let lease = Lease::take();
-        let per_node = origin.spec.train.data_parallel;
-        let grad_clip = origin.spec.algorithm.grad_clip;
+        let per_node = leader.spec.train.data_parallel;
+        let grad_clip = leader.spec.algorithm.grad_clip;
         if let Some(nodes) = nodes {
             let start = Start::of(
-                origin.spec,
-                origin.vocab,
-                origin.pad,
-                origin.policy,
-                origin.optimizer,
+                leader.spec,
+                leader.vocab,
+                leader.pad,
+                leader.policy,
+                leader.optimizer,
             )?;
-            let timeout = nodes.with_cluster::<B, _>(per_node, device, |cluster| {
-                send::<B>(
-                    device,
-                    cluster.nodes,
-                    cluster.timeout,
-                    &Message::Start(Box::new(start)),
-                )
-                .inspect_err(|_| cluster.broken = true)?;
-                Ok(cluster.timeout)
+            nodes.with_cluster::<B, _>(per_node, device, |cluster| {
+                cluster.send(&Message::Start(Box::new(start)))
             })?;
             return Ok(Replicas {
                 link: Link::Nodes {
                     nodes: nodes.clone(),
                     per_node,
-                    timeout,
                 },
                 device: device.clone(),
                 grad_clip,
@@ -157,9 +144,9 @@ impl<B: TrainBackend> Replicas<B> {
                 let replica = Replica::new(
                     PeerId::from(r as u32),
                     device.clone(),
-                    Policy::from_inner(origin.policy.valid()),
-                    origin.optimizer.clone(),
-                    origin.pad,
+                    Policy::from_inner(leader.policy.valid()),
+                    leader.optimizer.clone(),
+                    leader.pad,
                     grad_clip,
                 );
                 let config = config.clone();
@@ -212,15 +199,10 @@ impl<B: TrainBackend> Replicas<B> {
                     None => Ok(()),
                 }
             }
-            Link::Nodes {
-                nodes, per_node, ..
-            } => {
+            Link::Nodes { nodes, per_node } => {
                 let message = Message::Update(shares);
-                let device = self.device.clone();
-                nodes.with_cluster::<B, _>(*per_node, &device, |cluster| {
-                    send::<B>(&device, cluster.nodes, cluster.timeout, &message)
-                        .inspect_err(|_| cluster.broken = true)
-                })
+                nodes
+                    .with_cluster::<B, _>(*per_node, &self.device, |cluster| cluster.send(&message))
             }
         }
     }
@@ -238,7 +220,7 @@ impl<B: TrainBackend> Replicas<B> {
     ) -> Result<(Policy<B>, Descent), String> {
         let timeout = match &self.link {
             Link::Threads(_) => None,
-            Link::Nodes { timeout, .. } => Some(*timeout),
+            Link::Nodes { nodes, .. } => Some(nodes.config().timeout),
         };
         let mut sum = Collective::<B>::new(PeerId::from(0u32), &self.device, scalars, turn);
         sum.timeout = timeout;
@@ -332,8 +314,7 @@ impl<B: TrainBackend> Drop for Replicas<B> {
                     if cluster.broken {
                         return Ok(());
                     }
-                    send::<B>(&self.device, cluster.nodes, cluster.timeout, &Message::End)
-                        .inspect_err(|_| cluster.broken = true)
+                    cluster.send(&Message::End)
                 });
                 if let Err(reason) = ended {
                     eprintln!("warning: could not tell the other nodes the run ended: {reason}");

@@ -164,6 +164,15 @@ pub fn metrics(run_dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Each warm-up step's and RL step's (last epoch's) loss and gradient norm, in order.
+pub fn losses(run_dir: &Path) -> Vec<(f64, f64)> {
+    metrics(run_dir)
+        .iter()
+        .filter(|l| matches!(l["phase"].as_str(), Some("sft" | "rl")))
+        .filter_map(|l| Some((l["loss"].as_f64()?, l["grad_norm"].as_f64()?)))
+        .collect()
+}
+
 /// The evaluation lines of a run's `metrics.jsonl`, in order.
 pub fn eval_lines(run_dir: &Path) -> Vec<serde_json::Value> {
     metrics(run_dir)

@@ -121,15 +121,6 @@ fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
     gap / scale
 }
 
-/// Each warm-up step's and RL step's (last epoch's) loss and gradient norm, in order.
-fn losses(run_dir: &Path) -> Vec<(f64, f64)> {
-    common::metrics(run_dir)
-        .iter()
-        .filter(|l| matches!(l["phase"].as_str(), Some("sft" | "rl")))
-        .filter_map(|l| Some((l["loss"].as_f64()?, l["grad_norm"].as_f64()?)))
-        .collect()
-}
-
 /// `many`'s final weights, losses and gradient norms are `one`'s, within float tolerance.
 fn assert_trained_alike(many: &RunSummary, one: &RunSummary, replicas: usize, value_head: bool) {
     let gap = relative_gap(
@@ -140,7 +131,7 @@ fn assert_trained_alike(many: &RunSummary, one: &RunSummary, replicas: usize, va
         gap < 1e-4,
         "{replicas} replicas: weights differ by {gap} (relative)"
     );
-    let (got, expected) = (losses(&many.run_dir), losses(&one.run_dir));
+    let (got, expected) = (common::losses(&many.run_dir), common::losses(&one.run_dir));
     assert!(expected.len() >= 4, "{expected:?}");
     assert_eq!(got.len(), expected.len());
     for ((loss, norm), (want_loss, want_norm)) in got.iter().zip(&expected) {
