@@ -50,6 +50,9 @@ pub struct AlfworldEnv {
     open: Vec<bool>,
     /// Per object: `CLEAN`, `HOT`, `COLD` and `ON` bits.
     flags: Vec<u8>,
+    /// Per receptacle: whether the agent has seen its contents (arrived at it or opened it
+    /// while open). Only the agent moves things, so what it saw is still where it saw it.
+    seen: Vec<bool>,
     /// The last well-formed action, normalized, and how many times in a row it came.
     last_action: String,
     repeats: u8,
@@ -67,6 +70,7 @@ impl AlfworldEnv {
             location: Vec::new(),
             open: Vec::new(),
             flags: Vec::new(),
+            seen: Vec::new(),
             last_action: String::new(),
             repeats: 0,
             finished: false,
@@ -83,6 +87,7 @@ impl AlfworldEnv {
         self.location = inst.objects().iter().map(|o| Some(o.location)).collect();
         self.open = inst.receptacles().iter().map(|r| r.open).collect();
         self.flags = vec![0; inst.objects().len()];
+        self.seen = vec![false; inst.receptacles().len()];
         self.last_action.clear();
         self.repeats = 0;
         self.finished = false;
@@ -170,6 +175,21 @@ impl AlfworldEnv {
         )
     }
 
+    /// Records that the agent saw what receptacle `r` holds, if it can see into it.
+    fn see(&mut self, r: usize) {
+        if self.accessible(r)
+            && let Some(seen) = self.seen.get_mut(r)
+        {
+            *seen = true;
+        }
+    }
+
+    /// Where the agent has seen object `o`, if it has.
+    fn known_location(&self, o: usize) -> Option<usize> {
+        let r = (*self.location.get(o)?)?;
+        self.seen.get(r).copied().unwrap_or(false).then_some(r)
+    }
+
     /// Whether the agent can see into and reach into receptacle `r`.
     fn accessible(&self, r: usize) -> bool {
         self.open.get(r).copied().unwrap_or(false)
@@ -253,6 +273,7 @@ impl AlfworldEnv {
                     return None;
                 }
                 self.at = Some(r);
+                self.see(r);
                 out.push_str("You arrive at ");
                 self.receptacle_name(r, &mut out);
                 out.push_str(". ");
@@ -296,6 +317,7 @@ impl AlfworldEnv {
                     return None;
                 }
                 *self.open.get_mut(r)? = true;
+                self.see(r);
                 out.push_str("You open the ");
                 self.receptacle_name(r, &mut out);
                 out.push_str(". ");
@@ -412,8 +434,11 @@ impl AlfworldEnv {
         Some(out)
     }
 
-    /// The oracle's next action text, planned from the true state: find the object, open what
-    /// is closed, take it, process it, go to the target, open it, put it (or use the lamp).
+    /// The oracle's next action text, planned from what the agent has observed, so that a
+    /// policy imitating it could act the same: the receptacles the room lists, the contents of
+    /// those it has visited, what it holds. An object or lamp not seen yet is searched for by
+    /// visiting the unseen receptacles in the order the room lists them (opening a closed
+    /// one). Then: take it, process it, go to the target, open it, put it (or use the lamp).
     /// Anything else the agent is holding is put down first, so the oracle can take over at
     /// any point of an episode.
     pub fn oracle_action(&self) -> Option<String> {
@@ -447,9 +472,19 @@ impl AlfworldEnv {
             let prep = receptacles.get(r)?.kind.preposition();
             Some(at_open(r, format!("put {} {prep} {}", oname(o), rname(r))))
         };
-        let fetch = |o: usize| -> Option<String> {
-            let r = (*self.location.get(o)?)?;
-            Some(at_open(r, format!("take {} from {}", oname(o), rname(r))))
+        // The first receptacle in the room's listing whose contents the agent has not seen.
+        let search = || -> Option<String> {
+            let r = (0..receptacles.len()).find(|&r| !self.seen.get(r).copied().unwrap_or(true))?;
+            Some(at_open(r, String::new()))
+        };
+        // Take the first object `wanted` accepts among those seen, or search on.
+        let fetch = |wanted: &dyn Fn(usize) -> bool| -> Option<String> {
+            match (0..objects.len())
+                .find_map(|o| Some((o, self.known_location(o)?)).filter(|&(o, _)| wanted(o)))
+            {
+                Some((o, r)) => Some(at_open(r, format!("take {} from {}", oname(o), rname(r)))),
+                None => search(),
+            }
         };
         let goal = *inst.goal();
         let wanted = goal.object();
@@ -462,15 +497,16 @@ impl AlfworldEnv {
         match goal {
             Goal::Look { object, lamp } => match self.holding {
                 Some(_) => {
-                    let l = objects.iter().position(|o| o.kind == lamp)?;
-                    let r = (*self.location.get(l)?)?;
-                    if self.at != Some(r) {
-                        Some(format!("go to {}", rname(r)))
-                    } else {
-                        Some(format!("use {}", oname(l)))
+                    let lit = (0..objects.len()).find_map(|l| {
+                        (objects.get(l)?.kind == lamp).then_some((l, self.known_location(l)?))
+                    });
+                    match lit {
+                        Some((l, r)) if self.at == Some(r) => Some(format!("use {}", oname(l))),
+                        Some((_, r)) => Some(format!("go to {}", rname(r))),
+                        None => search(),
                     }
                 }
-                None => fetch(objects.iter().position(|o| o.kind == object)?),
+                None => fetch(&|o| objects.get(o).is_some_and(|x| x.kind == object)),
             },
             Goal::Place {
                 kind,
@@ -485,7 +521,8 @@ impl AlfworldEnv {
                         })
                         .count()
                 };
-                // The target: for two objects, the receptacle that already holds the most.
+                // The target: for two objects, the receptacle that already holds the most (the
+                // agent put them there, so it knows).
                 let t = (0..receptacles.len())
                     .filter(|&r| receptacles.get(r).is_some_and(|x| x.kind == target))
                     .max_by_key(|&r| (in_target(r), std::cmp::Reverse(r)))?;
@@ -503,11 +540,10 @@ impl AlfworldEnv {
                     },
                     None => {
                         let two = kind == GoalKind::PickTwoObjAndPlace;
-                        let o = (0..objects.len()).find(|&i| {
-                            objects.get(i).is_some_and(|x| x.kind == object)
-                                && !(two && self.location.get(i) == Some(&Some(t)))
-                        })?;
-                        fetch(o)
+                        fetch(&|o| {
+                            objects.get(o).is_some_and(|x| x.kind == object)
+                                && !(two && self.location.get(o) == Some(&Some(t)))
+                        })
                     }
                 }
             }
