@@ -977,23 +977,24 @@ fn run_of_several_files_checks_them_all_first_and_shares_their_warmups() {
 }
 
 #[test]
-fn run_warns_of_a_task_whose_demonstrations_never_fit_the_context() {
+fn run_warns_of_tasks_whose_demonstrations_the_policy_could_not_produce() {
     let root = common::scratch_in("cli", "cli-unteachable");
     let file = root.join("short_context.arl");
-    // A WebShop oracle episode (instruction, a results page, an item page) is longer than 128
-    // tokens; a KG one is not.
+    // A WebShop oracle episode (instruction, a results page, an item page) is longer than 384
+    // tokens; a KG one is not. A KG call takes at most 28 tokens, some DB calls more than 30.
     std::fs::write(
         &file,
         r#"experiment short_context {
     seed = 5
     device = flex
-    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 128 } }
+    model policy { arch = transformer { layers = 1, d_model = 16, heads = 2, ffn = 32, context = 384, vocab = 700 } }
     task kg { env = kg, max_turns = 3, difficulty = 1 }
     task webshop { env = webshop, max_turns = 6, difficulty = 1 }
+    task db { env = db, max_turns = 6, difficulty = 1 }
     algorithm grpo { group_size = 2 }
     train {
-        steps = 1, batch = 2, lr = 1e-3, max_new_tokens = 8
-        warmup = sft { steps = 1, demonstrations = 16, batch = 2 }
+        steps = 1, batch = 2, lr = 1e-3, max_new_tokens = 30
+        warmup = sft { steps = 1, demonstrations = 48, batch = 2 }
     }
     eval { episodes = 1, decoding = greedy }
 }
@@ -1009,19 +1010,44 @@ fn run_warns_of_a_task_whose_demonstrations_never_fit_the_context() {
         out_dir.to_str().unwrap(),
     ]);
     let stdout = assert_success(&out);
+    // The three tasks have thousands of words: the tokenizer takes `vocab` tokens.
+    assert!(
+        stdout.lines().any(|l| l.ends_with("| vocab 700")),
+        "{stdout}"
+    );
     let warnings: Vec<&str> = stdout
         .lines()
         .filter(|l| l.starts_with("warning: task"))
         .collect();
-    assert_eq!(warnings.len(), 1, "{stdout}");
+    assert_eq!(warnings.len(), 2, "{stdout}");
     assert!(
         warnings[0].starts_with("warning: task `webshop`: none of its ")
             && warnings[0].contains(
-                "oracle demonstrations fits in the context (128 tokens) within its turn budget \
+                "oracle demonstrations fits in the context (384 tokens) within its turn budget \
                  (6 turns), so the warm-up cannot teach it"
             ),
         "{stdout}"
     );
+    // Most DB calls fit in 30 tokens; those that do not are named with the longest.
+    let db = warnings[1];
+    assert!(db.starts_with("warning: task `db`: "), "{stdout}");
+    assert!(
+        db.contains(
+            "oracle demonstrations make a call longer than a turn may generate \
+             (`max_new_tokens` = 30; the longest takes "
+        ) && db.ends_with(
+            "tokens): the policy is taught such calls but is cut off before it finishes one; \
+             raise `train.max_new_tokens`"
+        ),
+        "{stdout}"
+    );
+    let longest: usize = db
+        .split("the longest takes ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(longest > 30, "{db}");
 }
 
 /// Every file of a run directory, by path relative to it, with its bytes; `metrics.jsonl`

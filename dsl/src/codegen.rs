@@ -219,7 +219,7 @@ fn model(model: &Model) -> TokenStream {
         Arch::Transformer(t) => {
             let (layers, d_model, heads) = (size(t.layers), size(t.d_model), size(t.heads));
             let (kv_heads, ffn, context) = (size(t.kv_heads), size(t.ffn), size(t.context));
-            let tie_embeddings = t.tie_embeddings;
+            let (tie_embeddings, vocab) = (t.tie_embeddings, size(t.vocab));
             quote! {
                 ::agentry::spec::Arch::Transformer(::agentry::spec::TransformerArch {
                     layers: #layers,
@@ -229,6 +229,7 @@ fn model(model: &Model) -> TokenStream {
                     ffn: #ffn,
                     context: #context,
                     tie_embeddings: #tie_embeddings,
+                    vocab: #vocab,
                 })
             }
         }

@@ -208,6 +208,10 @@ pub struct TransformerArch {
     /// Whether the output layer reuses the token embedding. Default true: a tied head can
     /// name tokens it has only read (entity names in a question), which small models need.
     pub tie_embeddings: bool,
+    /// Most tokens in the word-level vocabulary each run trains on its tasks' text, >= 512.
+    /// Default 2048. A word outside it is spelled in bytes, which a small policy copies badly.
+    #[serde(default = "TransformerArch::default_vocab")]
+    pub vocab: usize,
 }
 
 /// `value_head = none | shared | separate`.
@@ -982,6 +986,11 @@ impl TransformerArch {
     pub fn default_ffn(d_model: usize) -> usize {
         d_model.saturating_mul(4)
     }
+
+    /// `vocab` when a transformer leaves it out (and in experiments recorded before it existed).
+    pub fn default_vocab() -> usize {
+        2048
+    }
 }
 
 impl Default for TransformerArch {
@@ -996,6 +1005,7 @@ impl Default for TransformerArch {
             ffn: TransformerArch::default_ffn(d_model),
             context: 512,
             tie_embeddings: true,
+            vocab: TransformerArch::default_vocab(),
         }
     }
 }

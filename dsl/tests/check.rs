@@ -109,6 +109,7 @@ fn defaults_are_the_documented_ones() {
         (t.layers, t.d_model, t.heads, t.kv_heads, t.ffn, t.context),
         (2, 128, 4, 4, 512, 512)
     );
+    assert_eq!((t.tie_embeddings, t.vocab), (true, 2048));
     assert_eq!(spec.tasks[0].max_turns, 15);
     assert_eq!(spec.tasks[0].weight, 1.0);
     assert_eq!(
@@ -714,6 +715,27 @@ fn d_model_must_divide_into_heads() {
     );
     assert_eq!(text(&source, &d), "130");
     assert!(d.hint.unwrap().contains("d_model = 128"));
+}
+
+#[test]
+fn vocab_holds_the_specials_and_bytes_and_more() {
+    let spec = check(&with(
+        "arch = transformer",
+        "arch = transformer { vocab = 8192 }",
+    ))
+    .unwrap();
+    let Arch::Transformer(t) = &spec.model.arch else {
+        panic!("transformer expected")
+    };
+    assert_eq!(t.vocab, 8192);
+    let source = with("arch = transformer", "arch = transformer { vocab = 300 }");
+    let d = error(&source);
+    assert_eq!(text(&source, &d), "300");
+    assert!(
+        d.message.contains("`vocab`") && d.message.contains("512"),
+        "{}",
+        d.message
+    );
 }
 
 #[test]

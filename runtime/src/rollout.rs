@@ -902,27 +902,46 @@ impl Episode {
     }
 }
 
-/// The oracle's episode of an instance, as the transcript the policy should have produced.
-///
-/// Returns `None` if the task has no oracle or the oracle does not solve the instance within the
-/// turn budget and context (such a demonstration would teach failure).
+/// Why an oracle episode is not a demonstration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unfit {
+    /// The task has no oracle, or the oracle does not solve the instance within the turn
+    /// budget: such an episode would teach failure.
+    Unsolved,
+    /// The whole episode takes more tokens than the context holds.
+    Context {
+        /// The tokens of the episode.
+        tokens: usize,
+    },
+}
+
+/// The oracle's episode of an instance, as the transcript the policy should have produced:
+/// solved within `max_turns`, the whole within `context`.
 pub fn demonstration(
     chat: &ChatFormat,
     env: &mut dyn Environment,
     max_turns: u32,
     context: usize,
-) -> Option<Transcript> {
+) -> Result<Transcript, Unfit> {
     let mut transcript = chat.begin(&env.reset());
     for _ in 0..max_turns {
-        let call = env.oracle()?;
+        let call = env.oracle().ok_or(Unfit::Unsolved)?;
         chat.push_agent(&mut transcript, &chat.demo_turn(&call));
         let step = env.step(&call);
         if step.done() {
-            return (env.success() && transcript.tokens.len() <= context).then_some(transcript);
+            return if !env.success() {
+                Err(Unfit::Unsolved)
+            } else if transcript.len() > context {
+                Err(Unfit::Context {
+                    tokens: transcript.len(),
+                })
+            } else {
+                Ok(transcript)
+            };
         }
         chat.push_observation(&mut transcript, &step.observation);
     }
-    None
+    Err(Unfit::Unsolved)
 }
 
 /// The text of the oracle's episode of an instance (instruction, tools, calls, observations),

@@ -275,6 +275,7 @@ impl Checker {
             "ffn",
             "context",
             "tie_embeddings",
+            "vocab",
         ];
         let table = self.table(body, "transformer", &keys);
         let defaults = TransformerArch::default();
@@ -295,6 +296,8 @@ impl Checker {
             None => d_model.map(TransformerArch::default_ffn),
         };
         let context = size(self, "context", 16, defaults.context);
+        // The specials and the 256 bytes take 262 tokens before any word.
+        let vocab = size(self, "vocab", 512, defaults.vocab);
         let tie_embeddings = match table.get("tie_embeddings") {
             Some(v) => self.boolean("tie_embeddings", v),
             None => Some(defaults.tie_embeddings),
@@ -353,6 +356,7 @@ impl Checker {
             ffn: ffn?,
             context: context?,
             tie_embeddings: tie_embeddings?,
+            vocab: vocab?,
         }))
     }
 }

@@ -58,6 +58,16 @@ impl Transcript {
         self.tokens.len()
     }
 
+    /// Tokens of the longest run the policy generated: its longest reply, end token included.
+    pub fn longest_reply(&self) -> usize {
+        self.agent_mask
+            .chunk_by(|a, b| a == b)
+            .filter(|run| run[0])
+            .map(<[bool]>::len)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether there are no tokens.
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()

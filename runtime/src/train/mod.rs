@@ -49,7 +49,7 @@ use state::{Critic, Identity, RunState};
 pub use crate::metrics::Evaluation;
 pub use nodes::{NodeConfig, Nodes, follow, serve_orchestrator};
 pub use replicas::fail_replica_at;
-pub use setup::TOKENIZER_VOCAB;
+use setup::DemoCounts;
 pub use update::{LENGTH_BUCKET, score_in_buckets};
 
 /// How to run an experiment, beyond what its file says.
@@ -285,8 +285,8 @@ struct Trainer<B: TrainBackend> {
     chat: ChatFormat,
     context: usize,
     demos: Vec<Transcript>,
-    /// Per task: oracle demonstrations drawn, and kept (they succeeded and fit the context).
-    demo_counts: Vec<(usize, usize)>,
+    /// Per task: oracle demonstrations drawn, kept, and left out.
+    demo_counts: Vec<DemoCounts>,
     curriculum: Curriculum,
     device: B::Device,
     options: RunOptions,
@@ -383,7 +383,7 @@ impl<B: TrainBackend> Trainer<B> {
     /// RL starts from: the KL reference, a separate critic, a checkpoint.
     fn warm_up(&mut self, out: &Progress) -> Result<(), RunError> {
         if self.spec.train.warmup.is_some() {
-            for line in self.unteachable_tasks() {
+            for line in self.demonstration_warnings() {
                 out.println(line);
             }
         }
@@ -540,24 +540,48 @@ impl<B: TrainBackend> Trainer<B> {
         Ok(())
     }
 
-    /// A warning for each task the warm-up drew demonstrations of but keeps none: its oracle
-    /// episodes do not fit the context (or the turn budget), so the warm-up cannot teach it,
-    /// which would otherwise show only as a task stuck at zero.
-    fn unteachable_tasks(&self) -> Vec<String> {
-        self.spec
-            .tasks
-            .iter()
-            .zip(&self.demo_counts)
-            .filter(|(_, (drawn, kept))| *drawn > 0 && *kept == 0)
-            .map(|(task, (drawn, _))| {
-                format!(
-                    "warning: task `{}`: none of its {drawn} oracle demonstrations fits in the \
-                     context ({} tokens) within its turn budget ({} turns), so the warm-up \
+    /// Warnings about the demonstrations, which would otherwise show only as a task stuck at
+    /// zero: a task whose oracle calls are longer than a turn may generate (the policy learns
+    /// them but could never finish one), and a task none of whose oracle episodes fits the
+    /// context (or is solved within the turn budget).
+    fn demonstration_warnings(&self) -> Vec<String> {
+        let max_reply = self.spec.train.max_new_tokens;
+        let mut warnings = Vec::new();
+        for (task, counts) in self.spec.tasks.iter().zip(&self.demo_counts) {
+            let DemoCounts {
+                drawn,
+                kept,
+                long_episode,
+                long_reply,
+                longest_reply,
+            } = *counts;
+            let name = &task.name;
+            if long_reply > 0 {
+                warnings.push(format!(
+                    "warning: task `{name}`: {long_reply} of its {kept} oracle demonstrations \
+                     make a call longer than a turn may generate (`max_new_tokens` = \
+                     {max_reply}; the longest takes {longest_reply} tokens): the policy is \
+                     taught such calls but is cut off before it finishes one; raise \
+                     `train.max_new_tokens`"
+                ));
+            }
+            if drawn > 0 && kept == 0 && long_episode > 0 {
+                warnings.push(format!(
+                    "warning: task `{name}`: none of its {drawn} oracle demonstrations fits in \
+                     the context ({} tokens) within its turn budget ({} turns), so the warm-up \
                      cannot teach it; raise the model's `context` or the task's `max_turns`",
-                    task.name, self.context, task.max_turns
-                )
-            })
-            .collect()
+                    self.context, task.max_turns
+                ));
+            } else if drawn > 0 && kept == 0 {
+                warnings.push(format!(
+                    "warning: task `{name}`: its oracle solves none of its {drawn} drawn \
+                     instances within its turn budget ({} turns), so the warm-up cannot teach \
+                     it; raise the task's `max_turns` (or give its environment an oracle)",
+                    task.max_turns
+                ));
+            }
+        }
+        warnings
     }
 
     fn sampling(&self, greedy: bool) -> Sampling {

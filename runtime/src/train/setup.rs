@@ -15,11 +15,8 @@ use crate::device;
 use crate::error::RunError;
 use crate::metrics::{RunConfig, RunDir};
 use crate::model::{Origin, PolicyConfig, TrainBackend};
-use crate::rollout::{EpisodeSpec, demonstration, oracle_text};
+use crate::rollout::{EpisodeSpec, Unfit, demonstration, oracle_text};
 use crate::text::{ChatFormat, Tokenizer, Transcript};
-
-/// Largest tokenizer vocabulary trained for a from-scratch policy.
-pub const TOKENIZER_VOCAB: usize = 2048;
 
 /// Oracle episodes the tokenizer is trained on when there is no warm-up (with one, its
 /// `demonstrations`). The runtime's own choice, not a key of the language.
@@ -86,28 +83,25 @@ impl<B: TrainBackend> Trainer<B> {
             // The weights were trained with the checkpoint's tokenizer (ours or the model's).
             (Some(resume), _) => resume.tokenizer().clone(),
             (None, Origin::Pretrained(checkpoint)) => checkpoint.tokenizer.clone(),
-            (None, Origin::Scratch(_)) => {
+            (None, Origin::Scratch(arch)) => {
                 let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
                 for draw in &demo_draws {
                     let mut env =
                         tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
                     corpus.extend(oracle_text(env.as_mut(), draw.max_turns));
                 }
-                Tokenizer::train(corpus.iter().map(String::as_str), TOKENIZER_VOCAB)
+                Tokenizer::train(corpus.iter().map(String::as_str), arch.vocab)
             }
         };
         let chat = ChatFormat::new(tokenizer);
-        // Per task: demonstrations drawn, and those that succeeded and fit in the context.
-        let mut demo_counts = vec![(0, 0); tasks.len()];
+        let mut demo_counts = vec![DemoCounts::default(); tasks.len()];
         let demos: Vec<Transcript> = demo_draws
             .iter()
             .filter_map(|draw| {
                 let mut env = tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
                 let demo = demonstration(&chat, env.as_mut(), draw.max_turns, context);
-                let (drawn, kept) = &mut demo_counts[draw.task];
-                *drawn += 1;
-                *kept += usize::from(demo.is_some());
-                demo
+                demo_counts[draw.task].count(&demo, spec.train.max_new_tokens);
+                demo.ok()
             })
             .collect();
 
@@ -205,5 +199,39 @@ impl<B: TrainBackend> Trainer<B> {
             saved,
             replicas: None,
         })
+    }
+}
+
+/// One task's oracle demonstrations: how many were drawn, kept, and left out for being longer
+/// than the context; and how many of those kept have a call longer than a turn may generate,
+/// which the policy could never finish as demonstrated. So the run can say why a task is not
+/// learned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct DemoCounts {
+    pub drawn: usize,
+    pub kept: usize,
+    /// Left out: longer than the context.
+    pub long_episode: usize,
+    /// Kept, with a call longer than `train.max_new_tokens`.
+    pub long_reply: usize,
+    /// The longest call among those.
+    pub longest_reply: usize,
+}
+
+impl DemoCounts {
+    fn count(&mut self, demo: &Result<Transcript, Unfit>, max_reply: usize) {
+        self.drawn += 1;
+        match demo {
+            Ok(transcript) => {
+                self.kept += 1;
+                let reply = transcript.longest_reply();
+                if reply > max_reply {
+                    self.long_reply += 1;
+                    self.longest_reply = self.longest_reply.max(reply);
+                }
+            }
+            Err(Unfit::Context { .. }) => self.long_episode += 1,
+            Err(Unfit::Unsolved) => {}
+        }
     }
 }

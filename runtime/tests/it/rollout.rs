@@ -10,7 +10,8 @@ use agentry_env::{Environment, Reset, Split, Status, Step, TaskGenerator, ToolCa
 use agentry_runtime::model::{Policy, PolicyConfig, Sampling};
 use agentry_runtime::pool::{Engine, Engines, Versioned};
 use agentry_runtime::rollout::{
-    Episode, EpisodeSpec, ForkPlan, Stream, continue_forks, play, play_in_pool,
+    Episode, EpisodeSpec, ForkPlan, Stream, Unfit, continue_forks, demonstration, play,
+    play_in_pool,
 };
 use agentry_runtime::text::{ChatFormat, Tokenizer};
 use burn::backend::Flex;
@@ -112,6 +113,37 @@ fn specs(tasks: usize, max_turns: u32) -> Vec<EpisodeSpec> {
             group: i,
         })
         .collect()
+}
+
+/// A demonstration is the oracle's episode when it is solved within the turn budget and fits
+/// in the context; its longest reply is what a turn must be allowed to generate.
+#[test]
+fn a_demonstration_is_solved_within_the_turns_and_the_context() {
+    let chat = chat();
+    let kg = Kg::default();
+    let demo = |max_turns, context| {
+        let mut env = kg.instance(Split::Train, 1, 3);
+        demonstration(&chat, env.as_mut(), max_turns, context)
+    };
+    let full = demo(6, 100_000).expect("the oracle solves a KG instance");
+    let turns = full.agent_mask.windows(2).filter(|w| !w[0] && w[1]).count() as u32;
+    assert!(turns >= 2, "a KG episode takes several calls");
+    let calls: Vec<usize> = full
+        .agent_mask
+        .chunk_by(|a, b| a == b)
+        .filter(|run| run[0])
+        .map(<[bool]>::len)
+        .collect();
+    assert_eq!(calls.len(), turns as usize);
+    assert_eq!(full.longest_reply(), *calls.iter().max().unwrap());
+
+    // Exactly enough of each keeps it; one less leaves it out, saying why.
+    assert_eq!(demo(turns, full.len()), Ok(full.clone()));
+    assert_eq!(
+        demo(turns, full.len() - 1),
+        Err(Unfit::Context { tokens: full.len() })
+    );
+    assert_eq!(demo(turns - 1, full.len()), Err(Unfit::Unsolved));
 }
 
 #[test]
