@@ -219,6 +219,15 @@ fn bad_runs_are_errors_naming_the_file() {
             "has no final evaluation with greedy decoding",
         ),
     ];
+    // A warm-up evaluation alone is final only for a run that finished (zero RL steps).
+    let unfinished = run(&root, "warmup-only", "base", 1, &[eval("warmup", 0.5, 0.5, None)]);
+    let e = compare(std::slice::from_ref(&unfinished), Decoding::Greedy).unwrap_err();
+    assert!(e.to_string().contains("has no final evaluation"), "{e}");
+    std::fs::write(unfinished.join("summary.json"), "{}").unwrap();
+    let table = compare(std::slice::from_ref(&unfinished), Decoding::Greedy).unwrap();
+    assert_eq!(table.rows[0].config, "base");
+    close(table.rows[0].overall.mean, 0.5);
+
     for (name, line, expected) in cases {
         let dir = run(&root, name, "base", 1, &[line]);
         let e = compare(std::slice::from_ref(&dir), Decoding::Greedy)
