@@ -1010,10 +1010,31 @@ fn run_warns_of_tasks_whose_demonstrations_the_policy_could_not_produce() {
         out_dir.to_str().unwrap(),
     ]);
     let stdout = assert_success(&out);
-    // The three tasks have thousands of words: the tokenizer takes `vocab` tokens.
+    // The three tasks have thousands of words: the tokenizer takes `vocab` tokens, and the
+    // run says how many it would need.
     assert!(
         stdout.lines().any(|l| l.ends_with("| vocab 700")),
         "{stdout}"
+    );
+    let spelled = stdout
+        .lines()
+        .find(|l| l.starts_with("warning: the tasks' text has "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let needed: usize = spelled
+        .split("it holds 700 tokens of the ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{spelled}"));
+    assert!(needed > 1000, "{spelled}");
+    assert!(
+        spelled.starts_with(&format!(
+            "warning: the tasks' text has {} words",
+            needed - 700
+        )) && spelled.ends_with(&format!(
+            "raise the model's `vocab` to {needed} to keep every word whole"
+        )),
+        "{spelled}"
     );
     let warnings: Vec<&str> = stdout
         .lines()

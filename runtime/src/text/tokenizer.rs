@@ -99,6 +99,19 @@ pub enum TokenizerError {
     },
 }
 
+/// How often each multi-byte piece occurs in `corpus` (single bytes are always tokens).
+fn piece_counts<'a>(corpus: impl IntoIterator<Item = &'a str>) -> HashMap<&'a str, u64> {
+    let mut counts: HashMap<&'a str, u64> = HashMap::new();
+    for text in corpus {
+        for piece in pieces(text) {
+            if piece.len() > 1 {
+                *counts.entry(piece).or_default() += 1;
+            }
+        }
+    }
+    counts
+}
+
 /// The on-disk form.
 #[derive(Serialize, Deserialize)]
 struct TokenizerFile {
@@ -146,15 +159,7 @@ impl Tokenizer {
     /// Builds the vocabulary from a corpus: the specials, the 256 bytes, then the most frequent
     /// multi-byte pieces (ties broken by piece text) until `max_vocab` tokens in all.
     pub fn train<'a>(corpus: impl IntoIterator<Item = &'a str>, max_vocab: usize) -> Self {
-        let mut counts: HashMap<&'a str, u64> = HashMap::new();
-        for text in corpus {
-            for piece in pieces(text) {
-                if piece.len() > 1 {
-                    *counts.entry(piece).or_default() += 1;
-                }
-            }
-        }
-        let mut ranked: Vec<(&str, u64)> = counts.into_iter().collect();
+        let mut ranked: Vec<(&str, u64)> = piece_counts(corpus).into_iter().collect();
         ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         let room = max_vocab.saturating_sub(PIECE_BASE as usize);
         let pieces = ranked
@@ -163,6 +168,12 @@ impl Tokenizer {
             .map(|(p, _)| p.to_string())
             .collect();
         Self::from_pieces(pieces)
+    }
+
+    /// The tokens a tokenizer trained on `corpus` needs to keep every piece whole: below it,
+    /// [`Tokenizer::train`] leaves the rarest out, to be spelled in bytes.
+    pub fn vocab_needed<'a>(corpus: impl IntoIterator<Item = &'a str>) -> usize {
+        PIECE_BASE as usize + piece_counts(corpus).len()
     }
 
     fn from_pieces(pieces: Vec<String>) -> Self {
@@ -421,6 +432,21 @@ mod tests {
         assert!(pieces.contains(&"  "));
         assert!(pieces.contains(&"get_neighbors"));
         assert!(pieces.contains(&"people.person"));
+    }
+
+    #[test]
+    fn the_vocabulary_needed_keeps_every_piece_whole() {
+        let corpus = ["count(#0) count(#1) rare", "words words"];
+        let needed = Tokenizer::vocab_needed(corpus);
+        let whole = Tokenizer::train(corpus, needed);
+        assert_eq!(whole.vocab_size(), needed);
+        assert_eq!(whole.encode("rare").len(), 1);
+        assert_eq!(Tokenizer::train(corpus, needed + 100).vocab_size(), needed);
+        // One token fewer leaves the rarest piece (ties broken by text) to its bytes.
+        let short = Tokenizer::train(corpus, needed - 1);
+        assert_eq!(short.vocab_size(), needed - 1);
+        assert_eq!(short.encode("rare").len(), 4);
+        assert_eq!(short.encode("words").len(), 1);
     }
 
     #[test]

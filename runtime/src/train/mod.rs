@@ -287,6 +287,9 @@ struct Trainer<B: TrainBackend> {
     demos: Vec<Transcript>,
     /// Per task: oracle demonstrations drawn, kept, and left out.
     demo_counts: Vec<DemoCounts>,
+    /// For a tokenizer trained by this run: the tokens it would need to keep every word of
+    /// the tasks' text whole.
+    vocab_needed: Option<usize>,
     curriculum: Curriculum,
     device: B::Device,
     options: RunOptions,
@@ -330,6 +333,16 @@ impl<B: TrainBackend> Trainer<B> {
             self.demos.len(),
             self.chat.tokenizer().vocab_size()
         ));
+        let vocab = self.chat.tokenizer().vocab_size();
+        if let Some(needed) = self.vocab_needed.filter(|&needed| needed > vocab) {
+            out.println(format!(
+                "warning: the tasks' text has {} words the tokenizer spells in bytes (it holds \
+                 {vocab} tokens of the {needed} it would need), and a small policy copies a \
+                 value spelled in bytes badly; raise the model's `vocab` to {needed} to keep \
+                 every word whole",
+                needed - vocab
+            ));
+        }
         self.warm_up(&out)?;
         let steps = self.spec.train.steps;
         let Phase::Rl { step: done } = self.state.phase else {

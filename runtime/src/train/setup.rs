@@ -79,10 +79,11 @@ impl<B: TrainBackend> Trainer<B> {
         let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
             .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
             .collect();
-        let tokenizer = match (&resume, &loaded) {
+        // A tokenizer trained here, and the tokens it would need to keep every word whole.
+        let (tokenizer, vocab_needed) = match (&resume, &loaded) {
             // The weights were trained with the checkpoint's tokenizer (ours or the model's).
-            (Some(resume), _) => resume.tokenizer().clone(),
-            (None, Origin::Pretrained(checkpoint)) => checkpoint.tokenizer.clone(),
+            (Some(resume), _) => (resume.tokenizer().clone(), None),
+            (None, Origin::Pretrained(checkpoint)) => (checkpoint.tokenizer.clone(), None),
             (None, Origin::Scratch(arch)) => {
                 let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
                 for draw in &demo_draws {
@@ -90,7 +91,11 @@ impl<B: TrainBackend> Trainer<B> {
                         tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
                     corpus.extend(oracle_text(env.as_mut(), draw.max_turns));
                 }
-                Tokenizer::train(corpus.iter().map(String::as_str), arch.vocab)
+                let corpus = || corpus.iter().map(String::as_str);
+                (
+                    Tokenizer::train(corpus(), arch.vocab),
+                    Some(Tokenizer::vocab_needed(corpus())),
+                )
             }
         };
         let chat = ChatFormat::new(tokenizer);
@@ -186,6 +191,7 @@ impl<B: TrainBackend> Trainer<B> {
             chat,
             demos,
             demo_counts,
+            vocab_needed,
             curriculum,
             device,
             options,
