@@ -220,7 +220,13 @@ fn bad_runs_are_errors_naming_the_file() {
         ),
     ];
     // A warm-up evaluation alone is final only for a run that finished (zero RL steps).
-    let unfinished = run(&root, "warmup-only", "base", 1, &[eval("warmup", 0.5, 0.5, None)]);
+    let unfinished = run(
+        &root,
+        "warmup-only",
+        "base",
+        1,
+        &[eval("warmup", 0.5, 0.5, None)],
+    );
     let e = compare(std::slice::from_ref(&unfinished), Decoding::Greedy).unwrap_err();
     assert!(e.to_string().contains("has no final evaluation"), "{e}");
     std::fs::write(unfinished.join("summary.json"), "{}").unwrap();
