@@ -567,7 +567,7 @@ fn train(t: &Train) -> TokenStream {
     let stop = vec(t.stop.iter().map(|s| string(s)));
     let max_new_tokens = size(t.max_new_tokens);
     let warmup = option(&t.warmup, |w: &Warmup| {
-        let (steps, lr) = (uint(w.steps), float(w.lr));
+        let (steps, lr) = (uint(w.steps), schedule(&w.lr));
         let (demonstrations, batch) = (size(w.demonstrations), size(w.batch));
         quote! {
             ::agentry::spec::Warmup {

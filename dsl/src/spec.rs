@@ -550,6 +550,20 @@ pub enum Schedule {
     },
 }
 
+/// A schedule, or a bare number as experiments recorded before the key took schedules.
+fn number_or_schedule<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Schedule, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Recorded {
+        Number(f64),
+        Schedule(Schedule),
+    }
+    Ok(match Recorded::deserialize(d)? {
+        Recorded::Number(v) => Schedule::Constant(v),
+        Recorded::Schedule(s) => s,
+    })
+}
+
 impl Schedule {
     /// The value at training step `step`.
     pub fn at(&self, step: u64) -> f64 {
@@ -803,8 +817,10 @@ pub enum Optimizer {
 pub struct Warmup {
     /// Optimizer steps, >= 1.
     pub steps: u64,
-    /// Learning rate, > 0. Default: the training `lr`.
-    pub lr: f64,
+    /// Learning rate by warm-up step (from 0), every value > 0: a number, or a schedule
+    /// (`cosine(3e-3 -> 3e-4, over = 6000)`). Default: the training `lr`, constant.
+    #[serde(deserialize_with = "number_or_schedule")]
+    pub lr: Schedule,
     /// Oracle episodes generated from the train split, >= 1. Default 256.
     pub demonstrations: usize,
     /// Demonstrations per optimizer step, >= 1. Default 16.

@@ -5,7 +5,7 @@ mod common;
 use agentry_dsl::check;
 use agentry_dsl::spec::{
     AdvantageNorm, Aggregation, AlgorithmKind, Arch, Credit, EnvRef, EvalDecoding, Interrupt,
-    KlEstimator, KlPlacement, Optimizer, Placement, PoolMode, Schedule, SftSource, Split,
+    KlEstimator, KlPlacement, Optimizer, Placement, PoolMode, Schedule, SftSource, Split, Warmup,
 };
 use common::{MINIMAL, MULTITASK, at, error, errors, text};
 
@@ -34,7 +34,10 @@ fn the_design_example_checks_with_its_values() {
         }
     );
     assert_eq!(spec.pool.refresh_every, 25);
-    assert_eq!(spec.train.warmup.map(|w| w.lr), Some(1e-3));
+    assert_eq!(
+        spec.train.warmup.map(|w| w.lr),
+        Some(Schedule::Constant(1e-3))
+    );
     let sweep = spec.into_inner().sweep.expect("sweep");
     assert_eq!(sweep.seeds, vec![1, 2, 3]);
     assert_eq!(sweep.ablations.len(), 2);
@@ -736,6 +739,47 @@ fn vocab_holds_the_specials_and_bytes_and_more() {
         "{}",
         d.message
     );
+}
+
+#[test]
+fn the_warmup_lr_is_the_training_lr_a_number_or_a_schedule_above_zero() {
+    let warmup = |sft: &str| {
+        with(
+            "train { steps = 100, batch = 16 }",
+            &format!("train {{ steps = 100, batch = 16, lr = 2e-3, warmup = sft {{ {sft} }} }}"),
+        )
+    };
+    let lr = |source: &str| check(source).unwrap().train.warmup.unwrap().lr;
+    assert_eq!(lr(&warmup("steps = 10")), Schedule::Constant(2e-3));
+    assert_eq!(
+        lr(&warmup("steps = 10, lr = 6e-3")),
+        Schedule::Constant(6e-3)
+    );
+    assert_eq!(
+        lr(&warmup("steps = 10, lr = cosine(3e-3 -> 3e-4, over = 10)")),
+        Schedule::Cosine {
+            from: 3e-3,
+            to: 3e-4,
+            over: 10
+        }
+    );
+    // A learning rate of zero anywhere in the schedule is refused, with a schedule that is not.
+    let source = warmup("steps = 10, lr = linear(3e-3 -> 0.0, over = 10)");
+    let d = error(&source);
+    assert_eq!(text(&source, &d), "0.0");
+    assert!(d.message.contains("`lr`"), "{}", d.message);
+    let source = warmup("steps = 10, lr = linear(3e-3, over = 10)");
+    assert_eq!(
+        error(&source).hint.as_deref(),
+        Some("write `lr = linear(3e-3 -> 3e-4, over = 200)`")
+    );
+    // Experiments recorded before (`experiment.json`, checkpoints) hold a bare number.
+    let recorded = r#"{"steps":10,"lr":0.006,"demonstrations":8,"batch":2}"#;
+    let old: Warmup = serde_json::from_str(recorded).unwrap();
+    assert_eq!(old.lr, Schedule::Constant(0.006));
+    let scheduled = lr(&warmup("steps = 10, lr = step(3e-3 -> 3e-4, at = 5)"));
+    let json = serde_json::to_string(&scheduled).unwrap();
+    assert_eq!(serde_json::from_str::<Schedule>(&json).unwrap(), scheduled);
 }
 
 #[test]

@@ -159,6 +159,10 @@ pub enum Record {
         loss: f32,
         /// Gradient norm before clipping.
         grad_norm: f32,
+        /// The step's learning rate (`warmup.lr` may be a schedule; absent from lines written
+        /// before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lr: Option<f64>,
         /// The update was skipped: its loss or gradient norm was not finite (`loss` and
         /// `grad_norm` are then 0; absent from the line when false).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -618,7 +618,16 @@ impl Checker {
     /// A number, `constant(a)`, `linear(a -> b, over = n)`, `cosine(a -> b, over = n)` or
     /// `step(a -> b, at = n)`; every value at least 0.
     pub(super) fn schedule(&mut self, key: &str, value: &Value) -> Option<Schedule> {
-        let weight = Interval::at_least(0.0);
+        self.schedule_in(key, value, Interval::at_least(0.0))
+    }
+
+    /// [`Self::schedule`] with every value in `weight`.
+    pub(super) fn schedule_in(
+        &mut self,
+        key: &str,
+        value: &Value,
+        weight: Interval,
+    ) -> Option<Schedule> {
         let ValueKind::Call { name, args } = &value.kind else {
             if matches!(value.kind, ValueKind::Int(_) | ValueKind::Float(_)) {
                 return self.number_in(key, value, weight).map(Schedule::Constant);
@@ -662,7 +671,13 @@ impl Checker {
                 return None;
             }
         };
-        let example = format!("{}(0.5 -> 0.0, {ramp_key} = 200)", name.name);
+        // A weight ramps down to 0; a learning rate, which cannot be 0, to a tenth.
+        let example_ends = if weight.contains(0.0) {
+            "0.5 -> 0.0"
+        } else {
+            "3e-3 -> 3e-4"
+        };
+        let example = format!("{}({example_ends}, {ramp_key} = 200)", name.name);
         let args = self.args(name, args, 1, &[ramp_key])?;
         let ends = match args.positional.first().map(|v| (v, &v.kind)) {
             Some((_, ValueKind::Arrow(a, b))) => {

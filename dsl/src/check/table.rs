@@ -56,7 +56,7 @@ impl Interval {
         Interval::new(lo, false, f64::INFINITY, true)
     }
 
-    fn contains(self, x: f64) -> bool {
+    pub(super) fn contains(self, x: f64) -> bool {
         let above = if self.lo_open {
             x > self.lo
         } else {

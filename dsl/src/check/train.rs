@@ -2,7 +2,7 @@
 
 use crate::ast::{Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
-use crate::spec::{Eval, EvalDecoding, Optimizer, Train, Warmup};
+use crate::spec::{Eval, EvalDecoding, Optimizer, Schedule, Train, Warmup};
 
 use super::table::Interval;
 use super::{Checker, Section};
@@ -343,8 +343,8 @@ impl Checker {
             }
         };
         let lr = match table.get("lr") {
-            Some(v) => self.number_in("lr", v, Interval::above(0.0)),
-            None => train_lr,
+            Some(v) => self.schedule_in("lr", v, Interval::above(0.0)),
+            None => train_lr.map(Schedule::Constant),
         };
         let demonstrations = match table.get("demonstrations") {
             Some(v) => self.size("demonstrations", v, 1),

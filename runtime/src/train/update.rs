@@ -72,7 +72,8 @@ impl<B: TrainBackend> Trainer<B> {
                 .map(|_| self.demos[self.state.rng.random_range(0..self.demos.len())].clone())
                 .collect();
             self.seed_dropout(Phase::Warmup { step });
-            let descent = self.descend_sft(batch, warmup.lr, Update::Warmup { step })?;
+            let lr = warmup.lr.at(step - 1);
+            let descent = self.descend_sft(batch, lr, Update::Warmup { step })?;
             let record = match self.survive(descent, Update::Warmup { step })? {
                 Some(grad_norm) => {
                     progress.update(step, format!("loss {:.4}", descent.loss()));
@@ -80,6 +81,7 @@ impl<B: TrainBackend> Trainer<B> {
                         step,
                         loss: descent.loss(),
                         grad_norm,
+                        lr: Some(lr),
                         skipped_nonfinite: false,
                     }
                 }
@@ -92,6 +94,7 @@ impl<B: TrainBackend> Trainer<B> {
                         step,
                         loss: 0.0,
                         grad_norm: 0.0,
+                        lr: Some(lr),
                         skipped_nonfinite: true,
                     }
                 }

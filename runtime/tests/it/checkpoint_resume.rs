@@ -306,8 +306,25 @@ fn a_ppo_run_with_a_separate_critic_resumes_exactly() {
 #[test]
 fn a_run_resumes_from_a_warmup_checkpoint() {
     let _guard = serial();
-    let source = TINY.replace("steps = 4, batch", "steps = 2, batch");
+    // The warm-up's learning rate follows its schedule, step by step, across the resume too.
+    let source = TINY
+        .replace("steps = 4, batch", "steps = 2, batch")
+        .replace(
+            "warmup = sft { steps = 3,",
+            "warmup = sft { steps = 3, lr = linear(2e-3 -> 5e-4, over = 3),",
+        );
     let straight = run(&source, &scratch("warmup-straight"), 2, None).unwrap();
+    let lrs: Vec<f64> = std::fs::read_to_string(straight.run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|record| record["phase"] == "sft")
+        .map(|record| record["lr"].as_f64().unwrap())
+        .collect();
+    assert_eq!(lrs.len(), 3);
+    for (lr, expected) in lrs.iter().zip([2e-3, 1.5e-3, 1e-3]) {
+        assert!((lr - expected).abs() < 1e-12, "{lrs:?}");
+    }
     // Resume the finished run from its mid-warm-up checkpoint: everything after it is redone.
     let out = scratch("warmup-split");
     let first = run(&source, &out, 2, None).unwrap();
