@@ -26,7 +26,9 @@ mod envs;
 /// The recipes compiled through the macro, as a user's program would.
 mod compiled {
     agentry::experiment!("experiments/ablations.arl");
+    agentry::experiment!("experiments/ablations_gpu.arl");
     agentry::experiment!("experiments/agentrl.arl");
+    agentry::experiment!("experiments/agentrl_gpu.arl");
     agentry::experiment!("experiments/custom_env.arl");
     agentry::experiment!("experiments/monte_carlo_kg.arl");
     agentry::experiment!("experiments/ppo_kg.arl");
@@ -36,6 +38,7 @@ mod compiled {
     agentry::experiment!("experiments/smollm2_lora.arl");
     agentry::experiment!("experiments/smollm2_zero_shot.arl");
     agentry::experiment!("experiments/specialists.arl");
+    agentry::experiment!("experiments/specialists_gpu.arl");
 }
 
 /// The code each recipe expands to builds exactly the spec the checker returns for its file:
@@ -44,9 +47,11 @@ mod compiled {
 fn generated_code_builds_the_checked_spec() {
     use agentry::Experiment;
     use compiled::*;
-    let compiled: [(&str, &dyn Experiment); 11] = [
+    let compiled: [(&str, &dyn Experiment); 14] = [
         ("ablations.arl", &Ablations),
+        ("ablations_gpu.arl", &AblationsGpu),
         ("agentrl.arl", &Agentrl),
+        ("agentrl_gpu.arl", &AgentrlGpu),
         ("custom_env.arl", &CustomEnv),
         ("monte_carlo_kg.arl", &MonteCarloKg),
         ("ppo_kg.arl", &PpoKg),
@@ -56,6 +61,7 @@ fn generated_code_builds_the_checked_spec() {
         ("smollm2_lora.arl", &Smollm2Lora),
         ("smollm2_zero_shot.arl", &Smollm2ZeroShot),
         ("specialists.arl", &Specialists),
+        ("specialists_gpu.arl", &SpecialistsGpu),
     ];
     let mut recipes: Vec<String> =
         std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/experiments"))
