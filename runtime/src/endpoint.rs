@@ -251,7 +251,7 @@ pub fn evaluate_endpoint(
         skipped_steps: 0,
         warmup_from: None,
     };
-    run_dir.write_json("summary.json", &summary)?;
+    run_dir.write_json(RunSummary::FILE, &summary)?;
     let report = crate::report::write(run_dir.path())?;
     out.println(format!("report: {}", report.display()));
     out.println(format!("run directory: {}", summary.run_dir.display()));

@@ -308,7 +308,7 @@ impl RunFiles {
                 reason: e.to_string(),
             })?)
         };
-        let final_version = match dir.join("summary.json") {
+        let final_version = match dir.join(crate::RunSummary::FILE) {
             summary if summary.is_file() => json::<serde_json::Value>(&summary)?
                 .get("steps")
                 .and_then(serde_json::Value::as_u64),

@@ -155,7 +155,7 @@ impl Run {
         Ok(Run {
             dir: dir.to_path_buf(),
             experiment: read_json(&dir.join("experiment.json"))?,
-            summary: read_json(&dir.join("summary.json"))?,
+            summary: read_json(&dir.join(crate::RunSummary::FILE))?,
             records,
             samples,
         })

@@ -393,7 +393,7 @@ pub fn read_run(dir: &Path, decoding: Decoding) -> Result<RunResult, CompareErro
     }
     // A finished run (it wrote its summary) with no RL steps after its warm-up did not
     // evaluate again: its final weights are the warm-up's, and so is its final evaluation.
-    let finished = dir.join("summary.json").is_file();
+    let finished = dir.join(crate::RunSummary::FILE).is_file();
     let final_eval = final_eval
         .or_else(|| warmup.clone().filter(|_| finished && curve.len() == 1))
         .ok_or(CompareError::NoFinal { path, decoding })?;

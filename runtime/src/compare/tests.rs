@@ -229,7 +229,7 @@ fn bad_runs_are_errors_naming_the_file() {
     );
     let e = compare(std::slice::from_ref(&unfinished), Decoding::Greedy).unwrap_err();
     assert!(e.to_string().contains("has no final evaluation"), "{e}");
-    std::fs::write(unfinished.join("summary.json"), "{}").unwrap();
+    std::fs::write(unfinished.join(crate::RunSummary::FILE), "{}").unwrap();
     let table = compare(std::slice::from_ref(&unfinished), Decoding::Greedy).unwrap();
     assert_eq!(table.rows[0].config, "base");
     close(table.rows[0].overall.mean, 0.5);

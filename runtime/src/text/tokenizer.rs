@@ -159,7 +159,17 @@ impl Tokenizer {
     /// Builds the vocabulary from a corpus: the specials, the 256 bytes, then the most frequent
     /// multi-byte pieces (ties broken by piece text) until `max_vocab` tokens in all.
     pub fn train<'a>(corpus: impl IntoIterator<Item = &'a str>, max_vocab: usize) -> Self {
+        Self::train_counting(corpus, max_vocab).0
+    }
+
+    /// [`Tokenizer::train`], and the tokens it would need to keep every piece of the corpus
+    /// whole: below that, the rarest pieces are spelled in bytes. One pass over the corpus.
+    pub fn train_counting<'a>(
+        corpus: impl IntoIterator<Item = &'a str>,
+        max_vocab: usize,
+    ) -> (Self, usize) {
         let mut ranked: Vec<(&str, u64)> = piece_counts(corpus).into_iter().collect();
+        let needed = PIECE_BASE as usize + ranked.len();
         ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         let room = max_vocab.saturating_sub(PIECE_BASE as usize);
         let pieces = ranked
@@ -167,13 +177,7 @@ impl Tokenizer {
             .take(room)
             .map(|(p, _)| p.to_string())
             .collect();
-        Self::from_pieces(pieces)
-    }
-
-    /// The tokens a tokenizer trained on `corpus` needs to keep every piece whole: below it,
-    /// [`Tokenizer::train`] leaves the rarest out, to be spelled in bytes.
-    pub fn vocab_needed<'a>(corpus: impl IntoIterator<Item = &'a str>) -> usize {
-        PIECE_BASE as usize + piece_counts(corpus).len()
+        (Self::from_pieces(pieces), needed)
     }
 
     fn from_pieces(pieces: Vec<String>) -> Self {
@@ -437,7 +441,19 @@ mod tests {
     #[test]
     fn the_vocabulary_needed_keeps_every_piece_whole() {
         let corpus = ["count(#0) count(#1) rare", "words words"];
-        let needed = Tokenizer::vocab_needed(corpus);
+        // The count does not depend on the room given.
+        let (bare, needed) = Tokenizer::train_counting(corpus, 0);
+        assert_eq!(
+            bare.vocab_size(),
+            PIECE_BASE as usize,
+            "the specials and bytes only"
+        );
+        let multi_byte: std::collections::HashSet<&str> = corpus
+            .iter()
+            .flat_map(|text| pieces(text))
+            .filter(|piece| piece.len() > 1)
+            .collect();
+        assert_eq!(needed, PIECE_BASE as usize + multi_byte.len());
         let whole = Tokenizer::train(corpus, needed);
         assert_eq!(whole.vocab_size(), needed);
         assert_eq!(whole.encode("rare").len(), 1);

@@ -138,6 +138,12 @@ pub struct RunSummary {
     pub warmup_from: Option<PathBuf>,
 }
 
+impl RunSummary {
+    /// The file name in a run directory; a run writes it last, so its presence means the run
+    /// finished.
+    pub const FILE: &str = "summary.json";
+}
+
 /// Runs an experiment to the end: warm-up, RL, evaluations, run directory.
 ///
 /// The device is `options.device`, else the file's `device`, with `auto` resolved by
@@ -502,7 +508,7 @@ impl<B: TrainBackend> Trainer<B> {
             skipped_steps: self.state.skipped,
             warmup_from: self.warmup_from.clone(),
         };
-        self.run_dir.write_json("summary.json", &summary)?;
+        self.run_dir.write_json(RunSummary::FILE, &summary)?;
         let report = crate::report::write(self.run_dir.path())?;
         out.println(format!("report: {}", report.display()));
         out.println(format!("run directory: {}", summary.run_dir.display()));

@@ -91,11 +91,9 @@ impl<B: TrainBackend> Trainer<B> {
                         tasks[draw.task].instance(draw.split, draw.difficulty, draw.index);
                     corpus.extend(oracle_text(env.as_mut(), draw.max_turns));
                 }
-                let corpus = || corpus.iter().map(String::as_str);
-                (
-                    Tokenizer::train(corpus(), arch.vocab),
-                    Some(Tokenizer::vocab_needed(corpus())),
-                )
+                let (tokenizer, needed) =
+                    Tokenizer::train_counting(corpus.iter().map(String::as_str), arch.vocab);
+                (tokenizer, Some(needed))
             }
         };
         let chat = ChatFormat::new(tokenizer);
