@@ -100,7 +100,8 @@ impl TaskGenerator for Alfworld {
     }
 
     /// The pieces of every instruction and observation: observation, goal, tool and error
-    /// words, kind names and numbers, and the punctuation used.
+    /// words, kind names and numbers, each also with a trailing `.` (the tokenizer keeps `.`
+    /// in a word, so `1.` ends a sentence as one piece), and the punctuation used.
     fn vocabulary(&self) -> Vec<String> {
         let words: BTreeSet<String> = episode::OBSERVATION_WORDS
             .iter()
@@ -112,8 +113,9 @@ impl TaskGenerator for Alfworld {
             .map(str::to_string)
             .chain((1..=world::MAX_NUMBER).map(|n| n.to_string()))
             .collect();
-        let mut pieces = words;
-        pieces.extend([",", ".", ":", "/"].map(str::to_string));
+        let mut pieces: BTreeSet<String> = words.iter().map(|w| format!("{w}.")).collect();
+        pieces.extend(words);
+        pieces.extend([",", ":", "/"].map(str::to_string));
         pieces.into_iter().collect()
     }
 }

@@ -1,12 +1,9 @@
 //! A word-level tokenizer with byte fallback.
 //!
-//! Text is pre-tokenized into pieces: runs of `[A-Za-z0-9_#.]` without their final dots,
-//! whitespace runs, and single other characters ([`agentry_env::pieces`]). Words carry no
-//! leading space and no sentence's final dot, so a word reads the same in a question (`who
-//! directed kavoren ?`), at the end of an observation (`You arrive at drawer 2.`) and in a call
-//! (`variable="kavoren"`, `go to drawer 2`): copying it is copying one token, which a small
-//! policy learns; `drawer 2.` or a space-prefixed word would be a different token. Tokenizers
-//! saved before final dots were split off (format `agentry-word-bytes-v1`) keep their rule. The vocabulary is the
+//! Text is pre-tokenized into pieces: runs of `[A-Za-z0-9_#.]`, whitespace runs, and single other
+//! characters. Words carry no leading space, so a word reads the same in a question (`who
+//! directed kavoren ?`) and in a call (`variable="kavoren"`): copying it is copying one token,
+//! which a small policy learns; a space-prefixed word would be a different token. The vocabulary is the
 //! special tokens, the 256 bytes, and the most frequent multi-byte pieces of a training corpus.
 //! A known piece encodes to its id; any other piece encodes to its UTF-8 bytes, so
 //! `decode(encode(s)) == s` for every string. Special tokens are never produced from plain text.
@@ -14,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use agentry_env::pieces::{pieces, pieces_keeping_final_dots};
+use agentry_env::pieces::pieces;
 use serde::{Deserialize, Serialize};
 
 use super::hf::{HfTokenizer, TurnMarkers};
@@ -102,32 +99,6 @@ pub enum TokenizerError {
     },
 }
 
-/// How a word-level tokenizer cuts text into pieces: the rule it was trained with, named by its
-/// file's format, so a tokenizer saved before the rule changed encodes as it always did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Splitting {
-    /// `agentry-word-bytes-v1`: a word run keeps its final dots (`1.` is one piece).
-    KeepFinalDots,
-    /// `agentry-word-bytes-v2`: final dots are a piece of their own ([`pieces`]).
-    FinalDotsApart,
-}
-
-impl Splitting {
-    fn pieces(self, text: &str) -> Box<dyn Iterator<Item = &str> + '_> {
-        match self {
-            Splitting::KeepFinalDots => Box::new(pieces_keeping_final_dots(text)),
-            Splitting::FinalDotsApart => Box::new(pieces(text)),
-        }
-    }
-
-    fn format(self) -> &'static str {
-        match self {
-            Splitting::KeepFinalDots => FORMAT_V1,
-            Splitting::FinalDotsApart => FORMAT,
-        }
-    }
-}
-
 /// How often each multi-byte piece occurs in `corpus` (single bytes are always tokens).
 fn piece_counts<'a>(corpus: impl IntoIterator<Item = &'a str>) -> HashMap<&'a str, u64> {
     let mut counts: HashMap<&'a str, u64> = HashMap::new();
@@ -148,9 +119,7 @@ struct TokenizerFile {
     pieces: Vec<String>,
 }
 
-const FORMAT: &str = "agentry-word-bytes-v2";
-/// The format before final dots were split off; such files still load, with their rule.
-const FORMAT_V1: &str = "agentry-word-bytes-v1";
+const FORMAT: &str = "agentry-word-bytes-v1";
 
 /// The on-disk form of a pretrained tokenizer with its chat template (without one, it is
 /// written as the bare `tokenizer.json`, as before templates were carried).
@@ -182,8 +151,7 @@ struct Pretrained {
 pub struct Tokenizer {
     pieces: Vec<String>,
     index: HashMap<String, u32>,
-    splitting: Splitting,
-    /// A checkpoint's tokenizer; then `pieces`, `index` and `splitting` are unused.
+    /// A checkpoint's tokenizer; then `pieces` is empty and unused.
     hf: Option<Box<Pretrained>>,
 }
 
@@ -209,10 +177,10 @@ impl Tokenizer {
             .take(room)
             .map(|(p, _)| p.to_string())
             .collect();
-        (Self::from_pieces(pieces, Splitting::FinalDotsApart), needed)
+        (Self::from_pieces(pieces), needed)
     }
 
-    fn from_pieces(pieces: Vec<String>, splitting: Splitting) -> Self {
+    fn from_pieces(pieces: Vec<String>) -> Self {
         let index = pieces
             .iter()
             .enumerate()
@@ -221,7 +189,6 @@ impl Tokenizer {
         Tokenizer {
             pieces,
             index,
-            splitting,
             hf: None,
         }
     }
@@ -237,7 +204,6 @@ impl Tokenizer {
         Ok(Tokenizer {
             pieces: Vec::new(),
             index: HashMap::new(),
-            splitting: Splitting::FinalDotsApart,
             hf: Some(Box::new(Pretrained {
                 tokenizer: hf,
                 markers,
@@ -277,7 +243,7 @@ impl Tokenizer {
             return hf.encode(text).unwrap_or_default();
         }
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
-        for piece in self.splitting.pieces(text) {
+        for piece in pieces(text) {
             match self.index.get(piece) {
                 Some(&id) => out.push(id),
                 None => out.extend(piece.bytes().map(|b| BYTE_BASE + b as u32)),
@@ -378,7 +344,7 @@ impl Tokenizer {
             return serde_json::to_string(&file).map_err(|e| e.to_string());
         }
         let file = TokenizerFile {
-            format: self.splitting.format().to_string(),
+            format: FORMAT.to_string(),
             pieces: self.pieces.clone(),
         };
         serde_json::to_string(&file).map_err(|e| e.to_string())
@@ -433,16 +399,12 @@ impl Tokenizer {
                 path: name(),
                 source,
             })?;
-        let splitting = match file.format.as_str() {
-            FORMAT => Splitting::FinalDotsApart,
-            FORMAT_V1 => Splitting::KeepFinalDots,
-            other => {
-                return Err(invalid(format!(
-                    "unknown format `{other}` (expected `{FORMAT}`, `{FORMAT_V1}` or \
-                     `{FORMAT_TEMPLATED}`)"
-                )));
-            }
-        };
+        if file.format != FORMAT {
+            return Err(invalid(format!(
+                "unknown format `{}` (expected `{FORMAT}` or `{FORMAT_TEMPLATED}`)",
+                file.format
+            )));
+        }
         let mut seen = std::collections::HashSet::new();
         for piece in &file.pieces {
             if piece.len() < 2 {
@@ -457,7 +419,7 @@ impl Tokenizer {
         if file.pieces.len() > (u32::MAX - PIECE_BASE) as usize {
             return Err(invalid("too many pieces".to_string()));
         }
-        Ok(Self::from_pieces(file.pieces, splitting))
+        Ok(Self::from_pieces(file.pieces))
     }
 }
 
