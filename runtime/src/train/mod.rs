@@ -139,8 +139,8 @@ pub struct RunSummary {
 }
 
 impl RunSummary {
-    /// The file name in a run directory; a run writes it last, so its presence means the run
-    /// finished.
+    /// The file name in a run directory; a run writes it once it has finished (only the report
+    /// comes after), so its presence means the run finished.
     pub const FILE: &str = "summary.json";
 }
 
