@@ -50,6 +50,11 @@ pub struct RunArgs {
     /// file in it. The run continues in that directory from the step after the checkpoint.
     #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
+    /// Start a new run from the end of a warm-up an earlier run trained and checkpointed
+    /// (`train.checkpoint_every` set): its run directory, or a folder of runs searched for the
+    /// one whose warm-up this run would train identically. RL settings may differ.
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    pub warmup_from: Option<PathBuf>,
     /// Run only this configuration of the sweep (`base`, `ablate.PATH=VALUE`,
     /// `specialist.TASK`); repeat for several. Default: all of them.
     #[arg(long = "config", value_name = "LABEL")]
@@ -107,6 +112,7 @@ impl RunArgs {
             out: self.out.clone(),
             quiet: self.quiet,
             resume: self.resume.clone(),
+            warmup_from: self.warmup_from.clone(),
             shared_warmups: None,
             remote_tasks: Some(std::sync::Arc::new(serve::HttpRemoteTasks)),
             nodes: None,

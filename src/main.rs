@@ -528,7 +528,7 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
     else {
         return Ok(());
     };
-    if files.len() > 1 {
+    if files.len() > 1 && run.warmup_from.is_none() {
         let mut runs = Vec::new();
         for spec in &specs {
             runs.extend(
@@ -542,6 +542,16 @@ fn run_files(files: &[PathBuf], run: &RunArgs) -> Result<(), String> {
         )
         .map_err(|e| format!("error: {e}"))?;
         options.shared_warmups = warmups.map(std::sync::Arc::new);
+    }
+    if files.len() > 1 {
+        for spec in &specs {
+            agentry::sweep::check_warmup_from(
+                &Interpreted(spec.clone()),
+                &options,
+                &run.selection(),
+            )
+            .map_err(|e| format!("error: {e}"))?;
+        }
     }
     for spec in specs {
         agentry::sweep::run(&Interpreted(spec), &options, &run.selection())
@@ -624,14 +634,10 @@ fn evaluate_endpoint(args: EndpointArgs) -> Result<(), String> {
     let endpoint =
         agentry::openai::OpenAiEndpoint::connect(config).map_err(|e| format!("error: {e}"))?;
     let options = agentry::RunOptions {
-        device: None,
-        steps: None,
         out: args.out,
         quiet: args.quiet,
-        resume: None,
-        shared_warmups: None,
         remote_tasks: Some(std::sync::Arc::new(agentry::serve::HttpRemoteTasks)),
-        nodes: None,
+        ..agentry::RunOptions::default()
     };
     let settings = agentry::endpoint::EndpointOptions {
         call_format: match args.call_format {

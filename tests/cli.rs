@@ -114,6 +114,48 @@ fn run_resume_without_a_checkpoint_is_an_error_before_any_work() {
     assert!(String::from_utf8_lossy(&out.stdout).is_empty());
 }
 
+/// `--warmup-from` with nothing to take from is an error before any work, for every file given;
+/// with `--resume` it is a usage error.
+#[test]
+fn run_warmup_from_without_a_warmup_to_take_is_an_error_before_any_work() {
+    let root = common::scratch_in("cli", "cli-warmup-from");
+    let out_dir = root.join("runs");
+    let [empty, out_arg] = [&root, &out_dir].map(|p| p.to_str().unwrap());
+    let out = agentry(&[
+        "run",
+        "experiments/quickstart.arl",
+        "experiments/quickstart.arl",
+        "--quiet",
+        "--out",
+        out_arg,
+        "--warmup-from",
+        empty,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("holds `checkpoints/rl-000000.ckpt`")
+            && stderr.contains("train.checkpoint_every"),
+        "{stderr}"
+    );
+    assert!(!out_dir.exists(), "nothing ran");
+
+    let out = agentry(&[
+        "run",
+        "experiments/quickstart.arl",
+        "--warmup-from",
+        empty,
+        "--resume",
+        empty,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--warmup-from") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+}
+
 /// `--steps` goes through the checker: below a curriculum stage's `until` it is an error naming
 /// the rule, with a hint, before any work (no run directory).
 #[test]

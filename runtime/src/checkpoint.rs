@@ -473,18 +473,28 @@ fn comparable(spec: &spec::Experiment) -> serde_json::Result<serde_json::Value> 
 /// `spec` to read it and left out again. What this version cannot read stays as stored, and
 /// the comparison says where it differs.
 fn upgraded(stored: &serde_json::Value, spec: &spec::Experiment) -> serde_json::Value {
-    let mut value = stored.clone();
-    if let Some(train) = value.get_mut("train").and_then(|t| t.as_object_mut()) {
-        train.insert("steps".into(), spec.train.steps.into());
-    }
-    serde_json::from_value::<spec::Experiment>(value)
-        .ok()
+    read_stored(stored, spec)
         .and_then(|read| comparable(&read).ok())
         .unwrap_or_else(|| stored.clone())
 }
 
-/// Up to `limit` paths where `a` and `b` differ, with both values.
-fn differences(a: &serde_json::Value, b: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+/// The experiment a checkpoint stored, read by this version (new keys at their defaults), with
+/// `train.steps` lent from `spec`; `None` when this version cannot read it.
+fn read_stored(stored: &serde_json::Value, spec: &spec::Experiment) -> Option<spec::Experiment> {
+    let mut value = stored.clone();
+    if let Some(train) = value.get_mut("train").and_then(|t| t.as_object_mut()) {
+        train.insert("steps".into(), spec.train.steps.into());
+    }
+    serde_json::from_value(value).ok()
+}
+
+/// Up to four paths where `a` and `b` differ, with both values, appended to `out`.
+pub(crate) fn differences(
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    at: &str,
+    out: &mut Vec<String>,
+) {
     use serde_json::Value;
     const LIMIT: usize = 4;
     if out.len() >= LIMIT || a == b {
@@ -735,6 +745,22 @@ impl Checkpoint {
     /// Updates skipped in a row for a non-finite loss or gradient when it was written.
     pub fn nonfinite_streak(&self) -> u32 {
         self.header.nonfinite_streak
+    }
+
+    /// The experiment that wrote it, as this version reads it (keys added since at their
+    /// defaults, `train.steps` taken from `now`); `None` when this version cannot read it.
+    pub fn experiment(&self, now: &spec::Experiment) -> Option<spec::Experiment> {
+        read_stored(&self.header.spec, now)
+    }
+
+    /// Each task's generator version when it was written, by task name.
+    pub fn task_versions(&self) -> &BTreeMap<String, String> {
+        &self.header.task_versions
+    }
+
+    /// With LoRA over a pretrained model, the digest of the base model's files.
+    pub fn base_digest(&self) -> Option<&str> {
+        self.header.base.as_deref()
     }
 
     /// Checks that the checkpoint was written by this experiment: same name, same resolved

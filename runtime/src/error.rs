@@ -46,6 +46,9 @@ pub enum RunError {
     /// A checkpoint could not be written, or cannot be resumed from.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// `--warmup-from` found no warm-up this run would have trained.
+    #[error(transparent)]
+    WarmupFrom(#[from] crate::shared_warmup::WarmupFromError),
     /// The run's report could not be written.
     #[error(transparent)]
     Report(#[from] crate::report::ReportError),

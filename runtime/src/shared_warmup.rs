@@ -12,6 +12,12 @@
 //! bit for bit (see [`crate::checkpoint`]). The cache lives for one invocation (a sweep, or the
 //! files of one `agentry run`), in a folder of the output root removed when it is dropped, so a
 //! later build of the code can never pick up a warm-up an earlier one trained.
+//!
+//! Across invocations, `--warmup-from DIR` ([`Earlier::find`]) starts a run from the end of
+//! a warm-up an earlier run trained and checkpointed (`checkpoints/rl-000000.ckpt`, written
+//! when `train.checkpoint_every` is set), when that run's experiment reads the same warm-up
+//! inputs and task versions. The run then writes what it would have written alone, but for
+//! the warm-up's own checkpoints.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -19,6 +25,7 @@ use std::sync::Mutex;
 
 use agentry_dsl::spec;
 
+use crate::checkpoint::{Checkpoint, Phase};
 use crate::metrics::RunDirError;
 
 /// The metrics lines of the warm-up, in a cache entry (not `metrics.jsonl`, so that nothing
@@ -166,8 +173,8 @@ impl Drop for SharedWarmups {
 ///
 /// The key is the resolved experiment without what only RL reads (its name, the sweep, the
 /// algorithm but its `grad_clip`, which clips the warm-up's gradients too, the pool but its
-/// `placement`, and `train.steps`, `batch`, `lr`: `WarmupInputs`), plus the device and the
-/// task versions.
+/// `placement`, `train.steps`, `batch`, `lr` and `eval.every`: `WarmupInputs`), plus the device
+/// and the task versions.
 /// Leaving something out wrongly would share a warm-up that differs; keeping something in
 /// needlessly only trains a warm-up twice, so everything else stays in.
 pub fn key(
@@ -186,9 +193,213 @@ fn key_of(
     serde_json::to_string(&(spec_key, device, task_versions)).ok()
 }
 
-/// The experiment's part of [`key`]: its [`WarmupInputs`].
+/// The experiment's part of [`key`]: its [`WarmupInputs`]; `None` for a run that writes
+/// warm-up checkpoints of its own (`checkpoint_every`), which hold its experiment and so
+/// cannot be written by a run that shared its warm-up.
 fn spec_key(spec: &spec::Experiment) -> Option<String> {
+    if spec.train.checkpoint_every.is_some() {
+        return None;
+    }
     serde_json::to_string(&WarmupInputs::of(spec)?).ok()
+}
+
+/// The checkpoint a run writes at the end of its warm-up (with `train.checkpoint_every` set).
+const END_OF_WARMUP: &str = "rl-000000.ckpt";
+
+/// How deep below `--warmup-from`'s folder run directories are looked for: the folder itself,
+/// an experiment's folder of runs, or a root of experiments (`runs/EXPERIMENT/[CONFIG/]RUN`).
+const SEARCH_DEPTH: usize = 3;
+
+/// Why `--warmup-from` found no warm-up to start from. Each says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum WarmupFromError {
+    /// The experiment has no warm-up.
+    #[error("--warmup-from: the experiment has no `warmup`, so there is nothing to take")]
+    NoWarmup,
+    /// `--warmup-from` and `--resume` were both given.
+    #[error("--warmup-from starts a new run and --resume continues one: give one of them")]
+    WithResume,
+    /// No run directory under the folder has an end-of-warm-up checkpoint.
+    #[error(
+        "--warmup-from `{dir}`: no run directory there (or up to {SEARCH_DEPTH} folders down) \
+         holds `{}/{END_OF_WARMUP}`, the checkpoint a run writes at the end of its warm-up when \
+         `train.checkpoint_every` is set",
+        crate::checkpoint::DIR
+    )]
+    NoCheckpoint {
+        /// The folder given.
+        dir: PathBuf,
+    },
+    /// Runs with end-of-warm-up checkpoints exist, but none trained this run's warm-up.
+    #[error(
+        "--warmup-from `{dir}`: none of its {count} warm-ups is this run's (the seed, model, \
+         tasks, warm-up and evaluation must be the same); {}",
+        closest.join("; ")
+    )]
+    NoMatch {
+        /// The folder given.
+        dir: PathBuf,
+        /// How many end-of-warm-up checkpoints were compared.
+        count: usize,
+        /// What differs, for the first few of them.
+        closest: Vec<String>,
+    },
+    /// A checkpoint could not be read.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// A folder could not be listed.
+    #[error(transparent)]
+    Io(#[from] RunDirError),
+}
+
+/// A warm-up an earlier run trained: its end-of-warm-up checkpoint and its run directory.
+pub struct Earlier {
+    /// The checkpoint, matched against the run that starts from it.
+    pub checkpoint: Checkpoint,
+    /// The run directory that trained it.
+    pub run_dir: PathBuf,
+}
+
+impl Earlier {
+    /// The warm-up `spec` would train, among the runs under `dir` that wrote an end-of-warm-up
+    /// checkpoint: the one whose experiment reads the same warm-up inputs ([`WarmupInputs`],
+    /// where `checkpoint_every` does not count), with the same task versions and base model.
+    /// Of several (the same computation, each time), the first in path order.
+    pub fn find(
+        dir: &Path,
+        spec: &spec::Experiment,
+        task_versions: &BTreeMap<String, String>,
+        base_digest: Option<&str>,
+    ) -> Result<Self, WarmupFromError> {
+        let wanted = inputs_value(spec).ok_or(WarmupFromError::NoWarmup)?;
+        let mut files = Vec::new();
+        end_of_warmup_checkpoints(dir, SEARCH_DEPTH, &mut files)?;
+        files.sort();
+        if files.is_empty() {
+            return Err(WarmupFromError::NoCheckpoint {
+                dir: dir.to_path_buf(),
+            });
+        }
+        let mut closest = Vec::new();
+        for file in &files {
+            let checkpoint = Checkpoint::read(file)?;
+            let run_dir = checkpoint.run_dir()?;
+            match mismatch(&checkpoint, &wanted, spec, task_versions, base_digest) {
+                None => {
+                    return Ok(Earlier {
+                        checkpoint,
+                        run_dir,
+                    });
+                }
+                Some(reason) if closest.len() < 3 => {
+                    closest.push(format!("`{}`: {reason}", run_dir.display()));
+                }
+                Some(_) => {}
+            }
+        }
+        Err(WarmupFromError::NoMatch {
+            dir: dir.to_path_buf(),
+            count: files.len(),
+            closest,
+        })
+    }
+
+    /// Writes into a fresh run directory what the earlier run wrote of its warm-up: the
+    /// metrics lines up to the checkpoint, and its evaluation's samples and episodes files.
+    pub fn copy_to(&self, run_dir: &mut crate::metrics::RunDir) -> Result<(), RunDirError> {
+        let from = self.run_dir.join("metrics.jsonl");
+        let metrics = std::fs::read(&from).map_err(RunDirError::io(&from))?;
+        let len = usize::try_from(self.checkpoint.metrics_len()).unwrap_or(usize::MAX);
+        let Some(lines) = metrics.get(..len) else {
+            return Err(RunDirError::io(&from)(std::io::Error::other(format!(
+                "it holds {} bytes, fewer than the {len} its end-of-warm-up checkpoint recorded",
+                metrics.len()
+            ))));
+        };
+        run_dir.append_recorded(lines)?;
+        let to = run_dir.path().to_path_buf();
+        for file in crate::train::warmup_evaluation_files() {
+            let source = self.run_dir.join(&file);
+            if source.is_file() {
+                let target = to.join(&file);
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent).map_err(RunDirError::io(parent))?;
+                }
+                std::fs::copy(&source, &target).map_err(RunDirError::io(&source))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why `checkpoint` is not the warm-up `wanted` (a [`WarmupInputs`] as JSON) describes.
+fn mismatch(
+    checkpoint: &Checkpoint,
+    wanted: &serde_json::Value,
+    spec: &spec::Experiment,
+    task_versions: &BTreeMap<String, String>,
+    base_digest: Option<&str>,
+) -> Option<String> {
+    if checkpoint.phase() != (Phase::Rl { step: 0 }) {
+        return Some(format!(
+            "it was written at {}, not at the end of the warm-up",
+            checkpoint.phase()
+        ));
+    }
+    let Some(stored) = checkpoint.experiment(spec) else {
+        return Some("this version of Agentry cannot read its experiment".into());
+    };
+    let Some(inputs) = inputs_value(&stored) else {
+        return Some("its experiment has no warm-up".into());
+    };
+    let mut diffs = Vec::new();
+    crate::checkpoint::differences(&inputs, wanted, "", &mut diffs);
+    if !diffs.is_empty() {
+        return Some(diffs.join(", "));
+    }
+    if checkpoint.task_versions() != task_versions {
+        return Some(format!(
+            "task versions were {:?} and are now {task_versions:?}",
+            checkpoint.task_versions()
+        ));
+    }
+    if checkpoint.base_digest() != base_digest {
+        return Some("it was trained on other base model files".into());
+    }
+    None
+}
+
+/// `spec`'s [`WarmupInputs`] as JSON, to compare; `None` when it has no warm-up.
+fn inputs_value(spec: &spec::Experiment) -> Option<serde_json::Value> {
+    serde_json::to_value(WarmupInputs::of(spec)?).ok()
+}
+
+/// Every `checkpoints/rl-000000.ckpt` in `dir` and the folders up to `depth` levels below it.
+fn end_of_warmup_checkpoints(
+    dir: &Path,
+    depth: usize,
+    out: &mut Vec<PathBuf>,
+) -> Result<(), RunDirError> {
+    let file = dir.join(crate::checkpoint::DIR).join(END_OF_WARMUP);
+    if file.is_file() {
+        out.push(file);
+        return Ok(());
+    }
+    if depth == 0 {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir).map_err(RunDirError::io(dir))? {
+        let path = entry.map_err(RunDirError::io(dir))?.path();
+        // The shared-warm-up caches of running invocations are not run directories.
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with('.'));
+        if path.is_dir() && !hidden {
+            end_of_warmup_checkpoints(&path, depth - 1, out)?;
+        }
+    }
+    Ok(())
 }
 
 /// Everything of an experiment its warm-up may read, borrowed from it. Every spec struct is
@@ -213,12 +424,14 @@ struct WarmupInputs<'a> {
     max_new_tokens: usize,
     warmup: &'a spec::Warmup,
     max_nonfinite_skips: u32,
-    eval: &'a spec::Eval,
+    /// The evaluation after the warm-up: all of `eval` but `every`, which only RL reads.
+    eval_split: spec::Split,
+    eval_episodes: usize,
+    eval_decoding: spec::EvalDecoding,
 }
 
 impl<'a> WarmupInputs<'a> {
-    /// `None` when the run has no warm-up, or writes warm-up checkpoints of its own
-    /// (`checkpoint_every`), which hold its experiment and so cannot be shared.
+    /// `None` when the run has no warm-up.
     fn of(spec: &'a spec::Experiment) -> Option<Self> {
         let spec::Experiment {
             name: _,
@@ -277,7 +490,9 @@ impl<'a> WarmupInputs<'a> {
             stop,
             max_new_tokens,
             warmup,
-            checkpoint_every,
+            // Which checkpoints a run writes, not what it computes ([`spec_key`] decides
+            // whether such runs share within an invocation).
+            checkpoint_every: _,
             max_nonfinite_skips,
             // Recomputation changes the memory an update takes, and replicas where it is
             // computed, not its result (up to the order of a few float sums), so runs that
@@ -285,9 +500,12 @@ impl<'a> WarmupInputs<'a> {
             recompute: _,
             data_parallel: _,
         } = train;
-        if checkpoint_every.is_some() {
-            return None;
-        }
+        let spec::Eval {
+            every: _,
+            split: eval_split,
+            episodes: eval_episodes,
+            decoding: eval_decoding,
+        } = eval;
         Some(WarmupInputs {
             seed: *seed,
             device,
@@ -304,7 +522,9 @@ impl<'a> WarmupInputs<'a> {
             max_new_tokens: *max_new_tokens,
             warmup: warmup.as_ref()?,
             max_nonfinite_skips: *max_nonfinite_skips,
-            eval,
+            eval_split: *eval_split,
+            eval_episodes: *eval_episodes,
+            eval_decoding: *eval_decoding,
         })
     }
 }
@@ -377,6 +597,10 @@ mod tests {
             (
                 WARMUP.to_string(),
                 "algorithm rloo { group_size = 4 }\npool { engines = 2, stale = 1, cross_policy = 0.5 }",
+            ),
+            (
+                WARMUP.to_string(),
+                "algorithm grpo { group_size = 4 }\neval { every = 5 }",
             ),
         ] {
             let mut other = spec(&train, rest);

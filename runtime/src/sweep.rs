@@ -239,6 +239,43 @@ pub struct SweepRun {
     pub summary: RunSummary,
 }
 
+/// Finds each selected run's `--warmup-from` warm-up (`options.warmup_from`; nothing to do
+/// without it) before any run starts, as overrides are checked: a run with none should not
+/// surface hours into a sweep. [`run`] calls it; `agentry run` with several files calls it for
+/// each file first.
+pub fn check_warmup_from(
+    experiment: &dyn Experiment,
+    options: &RunOptions,
+    selection: &Selection,
+) -> Result<(), SweepError> {
+    let spec = options.overridden(experiment.spec())?;
+    check_warmups_from(experiment, options, &select(&spec, selection)?)
+}
+
+fn check_warmups_from(
+    experiment: &dyn Experiment,
+    options: &RunOptions,
+    runs: &[Planned],
+) -> Result<(), SweepError> {
+    if options.warmup_from.is_none() {
+        return Ok(());
+    }
+    for planned in runs {
+        let configured = Configured {
+            inner: experiment,
+            spec: planned.experiment.clone(),
+        };
+        crate::train::check_start(&configured, options, &planned.config).map_err(|source| {
+            SweepError::Run {
+                config: planned.config.clone(),
+                seed: planned.seed,
+                source,
+            }
+        })?;
+    }
+    Ok(())
+}
+
 /// What a finished sweep reports.
 #[derive(Debug)]
 pub struct SweepSummary {
@@ -267,7 +304,7 @@ pub fn run(
     // Runs that differ only after the warm-up train it once (unless the caller already
     // shares warm-ups across more than this sweep).
     let mut options = options.clone();
-    if total > 1 && options.shared_warmups.is_none() {
+    if total > 1 && options.shared_warmups.is_none() && options.warmup_from.is_none() {
         let warmups = SharedWarmups::for_runs(&options.out, runs.iter().map(|r| &*r.experiment))
             .map_err(|source| SweepError::Run {
                 config: runs[0].config.clone(),
@@ -277,6 +314,9 @@ pub fn run(
         options.shared_warmups = warmups.map(Arc::new);
     }
     let options = &options;
+    if total > 1 {
+        check_warmups_from(experiment, options, &runs)?;
+    }
     let mut done = Vec::new();
     for (i, planned) in runs.into_iter().enumerate() {
         if total > 1 {

@@ -15,6 +15,38 @@ use crate::model::TrainBackend;
 use crate::rollout::{Episode, EpisodeSpec, play};
 use crate::trajectory::{self, Origin, render};
 
+/// An evaluation's label in its record's files: the point, and `-sampled` for sampling.
+fn label(point: EvalPoint, decoding: Decoding) -> String {
+    match decoding {
+        Decoding::Greedy => point.name().to_string(),
+        Decoding::Sampled => format!("{}-sampled", point.name()),
+    }
+}
+
+/// The readable transcripts an evaluation writes in the run directory.
+fn samples_file(point: EvalPoint, decoding: Decoding) -> String {
+    format!("samples-{}.txt", label(point, decoding))
+}
+
+/// The files the warm-up's evaluation may write, relative to the run directory (samples and
+/// recorded episodes, for either decoding): what a run that takes another run's warm-up
+/// copies ([`crate::shared_warmup::Earlier`]).
+pub(crate) fn warmup_evaluation_files() -> Vec<std::path::PathBuf> {
+    [Decoding::Greedy, Decoding::Sampled]
+        .into_iter()
+        .flat_map(|decoding| {
+            [
+                samples_file(EvalPoint::Warmup, decoding).into(),
+                std::path::Path::new(trajectory::DIR).join(trajectory::file_name(
+                    EvalPoint::Warmup,
+                    decoding,
+                    0,
+                )),
+            ]
+        })
+        .collect()
+}
+
 impl<B: TrainBackend> Trainer<B> {
     /// Success on `eval.episodes` fixed instances of each task, with each decoding
     /// `eval.decoding` asks for: greedy first, then sampled at the training settings. Each
@@ -73,11 +105,8 @@ impl<B: TrainBackend> Trainer<B> {
                 text.push('\n');
             }
         }
-        let label = match decoding {
-            Decoding::Greedy => point.name().to_string(),
-            Decoding::Sampled => format!("{}-sampled", point.name()),
-        };
-        let path = self.run_dir.path().join(format!("samples-{label}.txt"));
+        let label = label(point, decoding);
+        let path = self.run_dir.path().join(samples_file(point, decoding));
         std::fs::write(&path, text).map_err(RunError::io(path))?;
 
         let version = match self.state.phase {

@@ -40,13 +40,14 @@ use crate::error::RunError;
 use crate::experiment::Experiment;
 use crate::metrics::{EvalPoint, Progress, Record, RlRecord, RunDir};
 use crate::model::{Sampling, TrainBackend};
-use crate::shared_warmup::SharedWarmups;
+use crate::shared_warmup::{Earlier, SharedWarmups, WarmupFromError};
 use crate::text::{ChatFormat, Transcript};
 use record::StepStats;
 use source::{Asynchronous, EpisodeSource, PipelineStats, Synchronous, refresh_stale};
 use state::{Critic, Identity, RunState};
 
 pub use crate::metrics::Evaluation;
+pub(crate) use eval::warmup_evaluation_files;
 pub use nodes::{NodeConfig, Nodes, follow, serve_orchestrator};
 pub use replicas::fail_replica_at;
 use setup::DemoCounts;
@@ -67,6 +68,10 @@ pub struct RunOptions {
     /// Resume from this run directory's latest checkpoint, or from this checkpoint file: the
     /// run goes on in its own directory, from the step after the checkpoint.
     pub resume: Option<PathBuf>,
+    /// Start from the end of a warm-up an earlier run trained: a run directory, or a folder
+    /// of them (an experiment's runs), searched for the one whose warm-up this run would train
+    /// identically ([`crate::shared_warmup::Earlier`]). The run is new; RL settings may differ.
+    pub warmup_from: Option<PathBuf>,
     /// Warm-ups to share with the other runs of this invocation ([`crate::shared_warmup`]):
     /// a run whose warm-up is kept there starts from it, and a run that trains one keeps it.
     pub shared_warmups: Option<Arc<SharedWarmups>>,
@@ -86,6 +91,7 @@ impl Default for RunOptions {
             out: PathBuf::from("runs"),
             quiet: false,
             resume: None,
+            warmup_from: None,
             shared_warmups: None,
             remote_tasks: None,
             nodes: None,
@@ -133,7 +139,8 @@ pub struct RunSummary {
     /// RL steps skipped because every advantage was zero.
     pub skipped_steps: u64,
     /// The run whose warm-up this one started from, when it shared one
-    /// ([`crate::shared_warmup`]); its own warm-up would have been the same.
+    /// ([`crate::shared_warmup`]) or took one with `--warmup-from`; its own warm-up would have
+    /// been the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_from: Option<PathBuf>,
 }
@@ -165,6 +172,17 @@ pub fn run_configuration(
     let device = device::resolve(options.device.unwrap_or(job.spec.device));
     job.device_name = device::name(device).to_string();
     device::dispatch(device, job)?
+}
+
+/// Everything [`run_configuration`] checks before any work (the overrides, the tasks, a
+/// checkpoint to resume, the `--warmup-from` match), without running: a sweep checks every
+/// run before the first starts.
+pub(crate) fn check_start(
+    experiment: &dyn Experiment,
+    options: &RunOptions,
+    config: &str,
+) -> Result<(), RunError> {
+    Job::new(experiment, options, config).map(drop)
 }
 
 /// Runs an experiment on a backend and device chosen by the caller (for example the wgpu
@@ -219,6 +237,8 @@ struct Job {
     task_versions: BTreeMap<String, String>,
     /// The checkpoint to resume from, already matched against the experiment.
     resume: Option<Checkpoint>,
+    /// `--warmup-from`: the earlier run's warm-up to start from, already matched.
+    earlier: Option<Earlier>,
     /// With LoRA over a pretrained model, the digest of its files (checkpoints record it).
     base_digest: Option<String>,
     options: RunOptions,
@@ -250,6 +270,9 @@ impl Job {
             spec::Finetune::Lora(_) => crate::model::base_digest(&spec.model.arch)?,
             spec::Finetune::Full => None,
         };
+        if options.warmup_from.is_some() && options.resume.is_some() {
+            return Err(WarmupFromError::WithResume.into());
+        }
         // A checkpoint is read and matched before any work, so a bad one costs nothing.
         let resume = match &options.resume {
             Some(path) => {
@@ -260,11 +283,21 @@ impl Job {
             }
             None => None,
         };
+        let earlier = match &options.warmup_from {
+            Some(dir) => Some(Earlier::find(
+                dir,
+                &spec,
+                &task_versions,
+                base_digest.as_deref(),
+            )?),
+            None => None,
+        };
         Ok(Job {
             spec,
             tasks,
             task_versions,
             resume,
+            earlier,
             base_digest,
             options: options.clone(),
             device_name: String::new(),
@@ -304,7 +337,7 @@ struct Trainer<B: TrainBackend> {
     engine_devices: Vec<B::Device>,
     /// What the warm-up depends on, when another run may share it ([`SharedWarmups::key`]).
     warmup_key: Option<String>,
-    /// The run whose shared warm-up this one started from.
+    /// The run whose warm-up this one started from (shared, or `--warmup-from`).
     warmup_from: Option<PathBuf>,
     /// With LoRA over a pretrained model, the digest of its files (checkpoints record it).
     base_digest: Option<String>,

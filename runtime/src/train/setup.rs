@@ -1,6 +1,6 @@
 //! Setting a run up: the model and tokenizer (built, or loaded from a Hugging Face checkpoint),
 //! the oracle demonstrations, the state (fresh, resumed from a checkpoint, or taken from a
-//! warm-up another run shared) and the run directory.
+//! warm-up another run shared or an earlier run checkpointed) and the run directory.
 
 use std::sync::Arc;
 
@@ -52,6 +52,7 @@ impl<B: TrainBackend> Trainer<B> {
             tasks,
             task_versions,
             resume,
+            earlier,
             base_digest,
             options,
             device_name,
@@ -80,9 +81,10 @@ impl<B: TrainBackend> Trainer<B> {
             .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
             .collect();
         // A tokenizer trained here, and the tokens it would need to keep every word whole.
-        let (tokenizer, vocab_needed) = match (&resume, &loaded) {
+        let taken = resume.as_ref().or(earlier.as_ref().map(|e| &e.checkpoint));
+        let (tokenizer, vocab_needed) = match (taken, &loaded) {
             // The weights were trained with the checkpoint's tokenizer (ours or the model's).
-            (Some(resume), _) => (resume.tokenizer().clone(), None),
+            (Some(checkpoint), _) => (checkpoint.tokenizer().clone(), None),
             (None, Origin::Pretrained(checkpoint)) => (checkpoint.tokenizer.clone(), None),
             (None, Origin::Scratch(arch)) => {
                 let mut corpus: Vec<String> = tasks.iter().flat_map(|t| t.vocabulary()).collect();
@@ -120,8 +122,8 @@ impl<B: TrainBackend> Trainer<B> {
             .shared_warmups
             .as_ref()
             .and_then(|warmups| warmups.key(&spec, &device_name, &task_versions));
-        let shared = match (&resume, &options.shared_warmups, &warmup_key) {
-            (None, Some(warmups), Some(key)) => warmups.get(key),
+        let shared = match (&resume, &earlier, &options.shared_warmups, &warmup_key) {
+            (None, None, Some(warmups), Some(key)) => warmups.get(key),
             _ => None,
         };
         let shared_checkpoint = shared
@@ -130,6 +132,9 @@ impl<B: TrainBackend> Trainer<B> {
             .transpose()?;
         if let Some(checkpoint) = resume.as_ref().or(shared_checkpoint.as_ref()) {
             state = state.restore(checkpoint, &spec, &device)?;
+        }
+        if let Some(earlier) = &earlier {
+            state = state.restore_warmup(&earlier.checkpoint, &spec, &device)?;
         }
         let mut saved = None;
         let run_dir = match &resume {
@@ -165,6 +170,9 @@ impl<B: TrainBackend> Trainer<B> {
                     entry.copy_files_to(run_dir.path())?;
                     run_dir.append_recorded(&entry.metrics()?)?;
                 }
+                if let Some(earlier) = &earlier {
+                    earlier.copy_to(&mut run_dir)?;
+                }
                 run_dir
             }
         };
@@ -196,7 +204,9 @@ impl<B: TrainBackend> Trainer<B> {
             task_versions,
             engine_devices,
             warmup_key,
-            warmup_from: shared.map(|entry| entry.trained_by),
+            warmup_from: shared
+                .map(|entry| entry.trained_by)
+                .or(earlier.map(|earlier| earlier.run_dir)),
             base_digest,
             state,
             run_dir,

@@ -118,6 +118,24 @@ impl<B: TrainBackend> RunState<B> {
         })
     }
 
+    /// The state at the end of an earlier run's warm-up (its end-of-warm-up checkpoint), for a
+    /// new run: without what the earlier run built for its own RL (a KL reference, a separate
+    /// critic, stale engines), which this run builds as its experiment asks, from the same
+    /// weights, as it would after a warm-up of its own.
+    pub fn restore_warmup(
+        self,
+        checkpoint: &Checkpoint,
+        spec: &spec::Experiment,
+        device: &B::Device,
+    ) -> Result<Self, RunError> {
+        Ok(RunState {
+            reference: None,
+            critic: None,
+            stale: None,
+            ..self.restore(checkpoint, spec, device)?
+        })
+    }
+
     /// Writes this state, with the run's identity, as a checkpoint into `dir/checkpoints/`;
     /// returns its path.
     pub fn save(&mut self, dir: &Path, identity: Identity<'_>) -> Result<PathBuf, RunError> {

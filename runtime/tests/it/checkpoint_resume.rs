@@ -9,15 +9,13 @@ use crate::common::{self, experiment, serial};
 use crate::present::WithPresent;
 use agentry_runtime::checkpoint::{Checkpoint, CheckpointError, FORMAT_VERSION};
 use agentry_runtime::error::Update;
+use agentry_runtime::model::PolicyConfig;
 use agentry_runtime::model::hf::load_policy;
-use agentry_runtime::model::{Policy, PolicyConfig};
 use agentry_runtime::optim::PolicyOptimizer;
-use agentry_runtime::text::Tokenizer;
 use agentry_runtime::{Experiment, RunError, RunSummary};
 use burn::backend::{Autodiff, Flex};
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, Module};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use burn::tensor::Tensor;
 use rand::Rng;
 
 /// A tiny run with every kind of state: a warm-up (SFT phase), a KL reference, an SFT term,
@@ -71,35 +69,6 @@ fn phases(lines: &[serde_json::Value]) -> Vec<String> {
         .collect()
 }
 
-/// The bits of every float parameter, in module order.
-fn parameters(policy: &Policy<Flex>) -> Vec<Vec<u32>> {
-    struct Bits(Vec<Vec<u32>>);
-    impl ModuleVisitor<Flex> for Bits {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Flex, D>>) {
-            let values = param.val().into_data().into_vec::<f32>().unwrap();
-            self.0.push(values.into_iter().map(f32::to_bits).collect());
-        }
-    }
-    let mut bits = Bits(Vec::new());
-    policy.visit(&mut bits);
-    bits.0
-}
-
-/// The shape of the tiny policy, with the run's tokenizer.
-fn config(run_dir: &Path) -> PolicyConfig {
-    let tokenizer = Tokenizer::load(run_dir.join("tokenizer.json")).unwrap();
-    PolicyConfig {
-        vocab: tokenizer.vocab_size(),
-        layers: 1,
-        d_model: 16,
-        heads: 2,
-        kv_heads: 2,
-        ffn: 32,
-        context: 128,
-        tie_embeddings: true,
-    }
-}
-
 /// Two runs ended in the same state: the same final weights, bit for bit, and final
 /// checkpoints equal in everything but burn's parameter ids (random per run) and the byte
 /// length of `metrics.jsonl` (its wall-clock fields differ), the weights and the KL reference
@@ -111,8 +80,8 @@ fn same_final_state(a: &Path, b: &Path, checkpoint: &str) {
 /// [`same_final_state`] of runs whose policy has a value head (`value_head = shared`) or not.
 fn same_final_state_of(a: &Path, b: &Path, checkpoint: &str, value_head: bool) {
     let device = Default::default();
-    let config = config(a);
-    assert_eq!(config, self::config(b));
+    let config = common::tiny_policy_config(a);
+    assert_eq!(config, common::tiny_policy_config(b));
     let fresh = || {
         let policy = config.init::<Flex>(&device);
         if value_head {
@@ -126,7 +95,7 @@ fn same_final_state_of(a: &Path, b: &Path, checkpoint: &str, value_head: bool) {
         let policy = fresh()
             .load_file(dir.join("policy.mpk"), &recorder, &device)
             .unwrap();
-        parameters(&policy)
+        common::parameter_bits(&policy)
     };
     assert!(load(a) == load(b), "final weights differ");
     let (ca, cb) = (
@@ -142,10 +111,11 @@ fn same_final_state_of(a: &Path, b: &Path, checkpoint: &str, value_head: bool) {
         (0..8).map(|_| rng.random()).collect()
     };
     assert_eq!(draws(&ca), draws(&cb), "RNG state");
-    let weights = |c: &Checkpoint| parameters(&c.restore_policy(fresh(), &device).unwrap());
+    let weights =
+        |c: &Checkpoint| common::parameter_bits(&c.restore_policy(fresh(), &device).unwrap());
     assert!(weights(&ca) == weights(&cb), "checkpointed weights differ");
     let reference = |c: &Checkpoint| {
-        parameters(
+        common::parameter_bits(
             &c.restore_reference(fresh(), &device)
                 .unwrap()
                 .expect("a KL reference"),
@@ -229,7 +199,7 @@ fn tiny_ppo(value_head: &str) -> String {
 fn critic_bits(run_dir: &Path, checkpoint: &str, separate: bool) -> Vec<Vec<u32>> {
     let device = Default::default();
     let checkpoint = Checkpoint::read(&run_dir.join("checkpoints").join(checkpoint)).unwrap();
-    let fresh = config(run_dir)
+    let fresh = common::tiny_policy_config(run_dir)
         .init::<Autodiff<Flex>>(&device)
         .with_value_head();
     if separate {
@@ -242,9 +212,9 @@ fn critic_bits(run_dir: &Path, checkpoint: &str, separate: bool) -> Vec<Vec<u32>
             .restore_critic(fresh, optimizer, &device)
             .unwrap()
             .expect("a separate critic in the checkpoint");
-        parameters(&critic.valid())
+        common::parameter_bits(&critic.valid())
     } else {
-        parameters(&checkpoint.restore_policy(fresh, &device).unwrap().valid())
+        common::parameter_bits(&checkpoint.restore_policy(fresh, &device).unwrap().valid())
     }
 }
 
@@ -400,7 +370,7 @@ fn a_run_from_a_hugging_face_checkpoint_resumes_exactly() {
     let device = Default::default();
     let weights = |c: &Checkpoint| {
         let (_, fresh) = load_policy::<Flex>(&model, &device).unwrap();
-        parameters(&c.restore_policy(fresh, &device).unwrap())
+        common::parameter_bits(&c.restore_policy(fresh, &device).unwrap())
     };
     assert!(weights(&a) == weights(&b), "checkpointed weights differ");
 
@@ -915,7 +885,7 @@ fn nonfinite_updates_are_skipped_counted_and_stop_the_run_after_the_limit() {
         "{report}"
     );
     // The skipped updates left the weights as step 1 made them: finite.
-    let policy = config(&summary.run_dir)
+    let policy = common::tiny_policy_config(&summary.run_dir)
         .init::<Flex>(&Default::default())
         .load_file(
             summary.run_dir.join("policy.mpk"),
@@ -923,7 +893,7 @@ fn nonfinite_updates_are_skipped_counted_and_stop_the_run_after_the_limit() {
             &Default::default(),
         )
         .unwrap();
-    let weights = parameters(&policy);
+    let weights = common::parameter_bits(&policy);
     assert!(
         weights
             .iter()

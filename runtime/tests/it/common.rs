@@ -16,9 +16,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use agentry_runtime::model::{Policy, PolicyConfig};
+use agentry_runtime::text::Tokenizer;
 use agentry_runtime::{Experiment, Interpreted, RunError, RunOptions, RunSummary};
 use burn::backend::{Autodiff, Flex};
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 /// burn seeds weight initialization through a per-backend global RNG, so runs (and anything
@@ -204,4 +208,52 @@ pub fn metrics_without_timings(run_dir: &Path) -> Vec<serde_json::Value> {
             value
         })
         .collect()
+}
+
+/// The bits of every float parameter, in module order.
+pub fn parameter_bits(policy: &Policy<Flex>) -> Vec<Vec<u32>> {
+    struct Bits(Vec<Vec<u32>>);
+    impl ModuleVisitor<Flex> for Bits {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Flex, D>>) {
+            let values = param.val().into_data().into_vec::<f32>().unwrap();
+            self.0.push(values.into_iter().map(f32::to_bits).collect());
+        }
+    }
+    let mut bits = Bits(Vec::new());
+    policy.visit(&mut bits);
+    bits.0
+}
+
+/// The shape of the tests' tiny policy (1 layer, d_model 16, 2 heads, ffn 32, context 128),
+/// with the run's tokenizer.
+pub fn tiny_policy_config(run_dir: &Path) -> PolicyConfig {
+    let tokenizer = Tokenizer::load(run_dir.join("tokenizer.json")).unwrap();
+    PolicyConfig {
+        vocab: tokenizer.vocab_size(),
+        layers: 1,
+        d_model: 16,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 32,
+        context: 128,
+        tie_embeddings: true,
+    }
+}
+
+/// The bits of a tiny policy's final weights (`policy.mpk`; the file itself also holds burn's
+/// parameter ids, random per run), with a value head or not.
+pub fn final_weight_bits(run_dir: &Path, value_head: bool) -> Vec<Vec<u32>> {
+    let device = Default::default();
+    let mut policy = tiny_policy_config(run_dir).init::<Flex>(&device);
+    if value_head {
+        policy = policy.with_value_head();
+    }
+    let policy = policy
+        .load_file(
+            run_dir.join("policy.mpk"),
+            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+            &device,
+        )
+        .unwrap();
+    parameter_bits(&policy)
 }

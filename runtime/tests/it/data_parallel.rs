@@ -4,13 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agentry_runtime::model::{Policy, PolicyConfig};
-use agentry_runtime::text::Tokenizer;
 use agentry_runtime::{RunError, RunSummary};
-use burn::backend::Flex;
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
-use burn::tensor::Tensor;
 
 use crate::common::{self, experiment, run_on_flex, serial};
 use crate::present::WithPresent;
@@ -78,39 +72,11 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Every float parameter of the run's final policy, in module order.
 fn final_weights(run_dir: &Path, value_head: bool) -> Vec<f32> {
-    struct Floats(Vec<f32>);
-    impl ModuleVisitor<Flex> for Floats {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Flex, D>>) {
-            self.0
-                .extend(param.val().into_data().into_vec::<f32>().unwrap());
-        }
-    }
-    let tokenizer = Tokenizer::load(run_dir.join("tokenizer.json")).unwrap();
-    let config = PolicyConfig {
-        vocab: tokenizer.vocab_size(),
-        layers: 1,
-        d_model: 16,
-        heads: 2,
-        kv_heads: 2,
-        ffn: 32,
-        context: 128,
-        tie_embeddings: true,
-    };
-    let device = Default::default();
-    let mut policy: Policy<Flex> = config.init(&device);
-    if value_head {
-        policy = policy.with_value_head();
-    }
-    let policy = policy
-        .load_file(
-            run_dir.join("policy.mpk"),
-            &NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
-            &device,
-        )
-        .unwrap();
-    let mut floats = Floats(Vec::new());
-    policy.visit(&mut floats);
-    floats.0
+    common::final_weight_bits(run_dir, value_head)
+        .into_iter()
+        .flatten()
+        .map(f32::from_bits)
+        .collect()
 }
 
 /// The largest difference between two runs' weights, relative to the largest weight.

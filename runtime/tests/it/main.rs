@@ -31,3 +31,4 @@ mod shared_warmup;
 mod text_chat;
 mod text_template;
 mod text_tokenizer;
+mod warmup_from;
