@@ -676,6 +676,7 @@ mod tests {
         assert!(dir.is_dir());
         drop(cache);
         assert!(!dir.exists(), "the cache's folder goes with it");
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

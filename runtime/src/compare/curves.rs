@@ -126,7 +126,7 @@ mod tests {
             );
         }
         let out = root.join("plots");
-        let written = plot(std::slice::from_ref(&root), Decoding::Greedy, &out).unwrap();
+        let written = plot(std::slice::from_ref(&*root), Decoding::Greedy, &out).unwrap();
         let names: Vec<String> = written
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -148,7 +148,7 @@ mod tests {
                 png.display()
             );
         }
-        let runs = find_runs(std::slice::from_ref(&root)).unwrap();
+        let runs = find_runs(std::slice::from_ref(&*root)).unwrap();
         let first = read_run(&runs[0], Decoding::Greedy).unwrap();
         assert_eq!(first.curve.keys().copied().collect::<Vec<_>>(), [0, 2, 4]);
     }

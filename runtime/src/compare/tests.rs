@@ -2,12 +2,28 @@
 
 use super::*;
 
-/// A fresh scratch directory for one test.
-pub(super) fn scratch(name: &str) -> PathBuf {
+/// A fresh scratch directory for one test, removed when dropped (also when the test fails).
+pub(super) struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh [`Scratch`] directory named for the test.
+pub(super) fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("agentry-compare-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 /// An evaluation line: `kg` and `os` with 10 episodes each.
@@ -156,7 +172,6 @@ fn seeds_average_with_a_t_interval_and_one_seed_keeps_its_wilson_interval() {
         e.contains("has no final evaluation with sampled decoding"),
         "{e}"
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -184,7 +199,6 @@ fn a_run_without_config_json_is_its_experiments_base() {
             seed: 4
         }
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
@@ -270,5 +284,4 @@ fn bad_runs_are_errors_naming_the_file() {
         e.contains("are both seed 1 of `study` configuration `base`"),
         "{e}"
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }

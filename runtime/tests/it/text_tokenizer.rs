@@ -84,8 +84,7 @@ fn decode_is_total() {
 
 #[test]
 fn save_and_load() {
-    let dir = std::env::temp_dir().join(format!("agentry-tok-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::common::scratch_in("text_tokenizer", "save_and_load");
     let path = dir.join("tokenizer.json");
     let tok = tokenizer();
     tok.save(&path).unwrap();

@@ -46,10 +46,10 @@ fn study(root: &std::path::Path) {
 fn configurations_are_paired_with_the_base_seed_by_seed() {
     let root = scratch("paired");
     study(&root);
-    let paired = paired(std::slice::from_ref(&root), "base", Decoding::Greedy).unwrap();
+    let paired = paired(std::slice::from_ref(&*root), "base", Decoding::Greedy).unwrap();
     assert_eq!(
         paired,
-        super::paired(std::slice::from_ref(&root), "study/base", Decoding::Greedy).unwrap()
+        super::paired(std::slice::from_ref(&*root), "study/base", Decoding::Greedy).unwrap()
     );
     assert_eq!(paired.base, ("study".into(), "base".into()));
     assert_eq!(paired.tasks, ["kg", "os"]);
@@ -103,7 +103,7 @@ fn configurations_are_paired_with_the_base_seed_by_seed() {
         "",
     );
     std::fs::write(&metrics, one_task).unwrap();
-    let paired = super::paired(std::slice::from_ref(&root), "base", Decoding::Greedy).unwrap();
+    let paired = super::paired(std::slice::from_ref(&*root), "base", Decoding::Greedy).unwrap();
     let specialist = paired
         .rows
         .iter()
@@ -143,7 +143,7 @@ fn configurations_are_paired_with_the_base_seed_by_seed() {
 fn the_base_must_name_one_configuration() {
     let root = scratch("paired-bases");
     study(&root);
-    let message = paired(std::slice::from_ref(&root), "basis", Decoding::Greedy)
+    let message = paired(std::slice::from_ref(&*root), "basis", Decoding::Greedy)
         .unwrap_err()
         .to_string();
     assert!(
@@ -163,7 +163,7 @@ fn the_base_must_name_one_configuration() {
         .unwrap()
         .replace("study", "other");
     std::fs::write(&config, text).unwrap();
-    let message = paired(std::slice::from_ref(&root), "base", Decoding::Greedy)
+    let message = paired(std::slice::from_ref(&*root), "base", Decoding::Greedy)
         .unwrap_err()
         .to_string();
     assert!(
@@ -171,5 +171,5 @@ fn the_base_must_name_one_configuration() {
         "{message}"
     );
     assert!(message.contains("`EXPERIMENT/base`"), "{message}");
-    assert!(paired(&[root], "study/base", Decoding::Greedy).is_ok());
+    assert!(paired(std::slice::from_ref(&*root), "study/base", Decoding::Greedy).is_ok());
 }
