@@ -7,7 +7,9 @@
 //! warm-up here and the others start from it, as a run resumed from that checkpoint would.
 //!
 //! Invariant: a run that starts from a shared warm-up writes exactly what it would have written
-//! alone (metrics lines, samples, recorded episodes, and from there on every RL step). This holds
+//! alone (metrics lines, samples, recorded episodes, and from there on every RL step), but for
+//! the warm-up's own checkpoints (`sft-*.ckpt`, with `checkpoint_every`): it writes only the one
+//! at the warm-up's end, as its own, so it resumes from there. This holds
 //! because the key is everything the warm-up reads ([`key`]), and because a resumed run goes on
 //! bit for bit (see [`crate::checkpoint`]). The cache lives for one invocation (a sweep, or the
 //! files of one `agentry run`), in a folder of the output root removed when it is dropped, so a
@@ -16,8 +18,7 @@
 //! Across invocations, `--warmup-from DIR` ([`Earlier::find`]) starts a run from the end of
 //! a warm-up an earlier run trained and checkpointed (`checkpoints/rl-000000.ckpt`, written
 //! when `train.checkpoint_every` is set), when that run's experiment reads the same warm-up
-//! inputs and task versions. The run then writes what it would have written alone, but for
-//! the warm-up's own checkpoints.
+//! inputs and task versions, under the same invariant.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -168,8 +169,7 @@ impl Drop for SharedWarmups {
 }
 
 /// What a run's warm-up depends on: two runs with the same key train the same warm-up. `None`
-/// when the run has no warm-up, or writes warm-up checkpoints of its own (`checkpoint_every`),
-/// which hold its experiment and so cannot be shared.
+/// when the run has no warm-up.
 ///
 /// The key is the resolved experiment without what only RL reads (its name, the sweep, the
 /// algorithm but its `grad_clip`, which clips the warm-up's gradients too, the pool but its
@@ -193,13 +193,8 @@ fn key_of(
     serde_json::to_string(&(spec_key, device, task_versions)).ok()
 }
 
-/// The experiment's part of [`key`]: its [`WarmupInputs`]; `None` for a run that writes
-/// warm-up checkpoints of its own (`checkpoint_every`), which hold its experiment and so
-/// cannot be written by a run that shared its warm-up.
+/// The experiment's part of [`key`]: its [`WarmupInputs`].
 fn spec_key(spec: &spec::Experiment) -> Option<String> {
-    if spec.train.checkpoint_every.is_some() {
-        return None;
-    }
     serde_json::to_string(&WarmupInputs::of(spec)?).ok()
 }
 
@@ -490,8 +485,8 @@ impl<'a> WarmupInputs<'a> {
             stop,
             max_new_tokens,
             warmup,
-            // Which checkpoints a run writes, not what it computes ([`spec_key`] decides
-            // whether such runs share within an invocation).
+            // Which checkpoints a run writes, not what it computes. A run that takes its
+            // warm-up writes none of the warm-up's (`sft-*.ckpt`), only the one at its end.
             checkpoint_every: _,
             max_nonfinite_skips,
             // Recomputation changes the memory an update takes, and replicas where it is
@@ -680,11 +675,11 @@ mod tests {
     }
 
     #[test]
-    fn runs_without_a_warmup_or_with_warmup_checkpoints_share_nothing() {
+    fn runs_without_a_warmup_share_nothing_and_checkpoints_do_not_count() {
         assert_eq!(key_of(&spec("lr = 0.01", "")), None);
         assert_eq!(
             key_of(&spec(&format!("{WARMUP}, checkpoint_every = 2"), "")),
-            None
+            key_of(&spec(WARMUP, ""))
         );
     }
 }

@@ -486,7 +486,9 @@ impl<B: TrainBackend> Trainer<B> {
                 &self.spec.train.optimizer,
             ));
         }
-        if warmed_up && self.spec.train.checkpoint_every.is_some() {
+        // The end of the warm-up, trained or taken from another run, is where a stopped run
+        // goes on from before its first RL checkpoint (and what `--warmup-from` reads).
+        if (warmed_up || self.warmup_from.is_some()) && self.spec.train.checkpoint_every.is_some() {
             self.checkpoint()?;
         }
         Ok(())

@@ -18,6 +18,7 @@ experiment shared {
     train {
         steps = 3, batch = 4, lr = 1e-3, max_new_tokens = 8
         warmup = sft { steps = 4, lr = 1e-3, demonstrations = 16, batch = 4 }
+        checkpoint_every = 2
     }
     eval { episodes = 4 }
     sweep {
@@ -122,6 +123,23 @@ fn runs_that_differ_after_the_warmup_share_it_and_write_what_they_would_alone() 
             "{file} differs"
         );
     }
+    // The run that trained the warm-up has its checkpoints; the one that took it has the one
+    // at its end (as its own, to resume from) and its RL ones.
+    let checkpoints = |run: &Path| common::entry_names(&run.join("checkpoints"));
+    assert_eq!(
+        checkpoints(&alone.run_dir),
+        [
+            "rl-000000.ckpt",
+            "rl-000002.ckpt",
+            "rl-000003.ckpt",
+            "sft-000002.ckpt",
+            "sft-000004.ckpt"
+        ]
+    );
+    assert_eq!(
+        checkpoints(&shared.run_dir),
+        ["rl-000000.ckpt", "rl-000002.ckpt", "rl-000003.ckpt"]
+    );
     // The RL steps of the two really differ from the base's, so the comparison above is not
     // between two copies of the base.
     let base = &find(&runs, "base", 1).summary;

@@ -28,7 +28,7 @@ experiment earlier {
 "#;
 
 /// The same warm-up under another name, with other RL: learning rate, steps, KL coefficient,
-/// an SFT term, periodic evaluations, and no checkpoints.
+/// an SFT term, periodic evaluations, and checkpoints at other steps.
 fn later(seed: u64) -> String {
     format!(
         r#"
@@ -41,6 +41,7 @@ experiment later {{
     train {{
         steps = 3, batch = 4, lr = 3e-3, max_new_tokens = 8
         warmup = sft {{ steps = 3, lr = 2e-3, demonstrations = 8, batch = 2 }}
+        checkpoint_every = 3
     }}
     eval {{ episodes = 2, every = 1 }}
 }}
@@ -122,6 +123,17 @@ fn a_run_from_an_earlier_warmup_writes_what_it_would_have_written_alone() {
         common::final_weight_bits(&alone.run_dir, false)
             == common::final_weight_bits(&taken.run_dir, false),
         "the final weights differ"
+    );
+    // The warm-up's checkpoints are the earlier run's; the one at its end is also this run's
+    // own, to resume from.
+    let checkpoints = |run: &Path| common::entry_names(&run.join("checkpoints"));
+    assert_eq!(
+        checkpoints(&alone.run_dir),
+        ["rl-000000.ckpt", "rl-000003.ckpt", "sft-000003.ckpt"]
+    );
+    assert_eq!(
+        checkpoints(&taken.run_dir),
+        ["rl-000000.ckpt", "rl-000003.ckpt"]
     );
     // Its RL really differs from the earlier run's, so the match above is not two copies of it.
     assert_ne!(
