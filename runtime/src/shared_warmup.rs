@@ -257,8 +257,8 @@ pub struct Earlier {
 
 impl Earlier {
     /// The warm-up `spec` would train, among the runs under `dir` that wrote an end-of-warm-up
-    /// checkpoint: the one whose experiment reads the same warm-up inputs ([`WarmupInputs`],
-    /// where `checkpoint_every` does not count), with the same task versions and base model.
+    /// checkpoint: the one whose experiment has the same warm-up inputs (the fields [`key`]
+    /// reads, `checkpoint_every` aside), with the same task versions and base model.
     /// Of several (the same computation, each time), the first in path order.
     pub fn find(
         dir: &Path,
