@@ -312,18 +312,10 @@ impl Earlier {
             ))));
         };
         run_dir.append_recorded(lines)?;
-        let to = run_dir.path().to_path_buf();
-        for file in crate::train::warmup_evaluation_files() {
-            let source = self.run_dir.join(&file);
-            if source.is_file() {
-                let target = to.join(&file);
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent).map_err(RunDirError::io(parent))?;
-                }
-                std::fs::copy(&source, &target).map_err(RunDirError::io(&source))?;
-            }
-        }
-        Ok(())
+        let files = crate::train::warmup_evaluation_files();
+        copy_tree(&self.run_dir, run_dir.path(), &|relative| {
+            files.iter().any(|file| file == relative)
+        })
     }
 }
 
