@@ -4,7 +4,8 @@
 //! `pool.cross_policy` or `algorithm.advantage_norm`, a different RL learning rate. Their
 //! warm-ups (oracle demonstrations, tokenizer, SFT steps, the evaluation after them) are then
 //! the same computation, so the first run of such a family keeps its state at the end of the
-//! warm-up here and the others start from it, as a run resumed from that checkpoint would.
+//! warm-up here (a checkpoint) and the others start from it and from what that run's warm-up
+//! wrote, exactly as `--warmup-from` starts a run from an earlier run's ([`Earlier`]).
 //!
 //! Invariant: a run that starts from a shared warm-up writes exactly what it would have written
 //! alone (metrics lines, samples, recorded episodes, and from there on every RL step), but for
@@ -12,8 +13,9 @@
 //! at the warm-up's end, as its own, so it resumes from there. This holds
 //! because the key is everything the warm-up reads ([`key`]), and because a resumed run goes on
 //! bit for bit (see [`crate::checkpoint`]). The cache lives for one invocation (a sweep, or the
-//! files of one `agentry run`), in a folder of the output root removed when it is dropped, so a
-//! later build of the code can never pick up a warm-up an earlier one trained.
+//! files of one `agentry run`), its checkpoints in a folder of the output root removed when it
+//! is dropped, so a later build of the code never picks up a warm-up an earlier one trained
+//! unless asked to with `--warmup-from`.
 //!
 //! Across invocations, `--warmup-from DIR` ([`Earlier::find`]) starts a run from the end of
 //! a warm-up an earlier run trained and checkpointed (`checkpoints/rl-000000.ckpt`, written
@@ -26,15 +28,8 @@ use std::sync::Mutex;
 
 use agentry_dsl::spec;
 
-use crate::checkpoint::{Checkpoint, Phase};
+use crate::checkpoint::{Checkpoint, CheckpointError, Phase};
 use crate::metrics::RunDirError;
-
-/// The metrics lines of the warm-up, in a cache entry (not `metrics.jsonl`, so that nothing
-/// looking for run directories mistakes an entry for one).
-const METRICS: &str = "warmup-metrics.jsonl";
-
-/// Files of a run directory that belong to the run itself, not to its warm-up.
-const OWN_FILES: [&str; 3] = ["metrics.jsonl", "config.json", "experiment.json"];
 
 /// Warm-ups kept for the other runs of one invocation, by [`key`].
 #[derive(Debug)]
@@ -43,35 +38,15 @@ pub struct SharedWarmups {
     /// The warm-ups two or more of the invocation's runs would train (by [`spec_key`]): only
     /// those are worth keeping, since a kept warm-up is a checkpoint written to disk.
     shared: BTreeSet<String>,
-    entries: Mutex<BTreeMap<String, Entry>>,
+    entries: Mutex<BTreeMap<String, Kept>>,
 }
 
-/// A kept warm-up: a folder holding its checkpoint, its metrics lines and the files its
-/// evaluation wrote, and the run that trained it.
+/// A kept warm-up: the checkpoint of the state at its end, in the cache's folder, and the run
+/// directory that trained it, which holds its metrics lines and its evaluation's files.
 #[derive(Clone, Debug)]
-pub struct Entry {
-    /// The folder.
-    pub dir: PathBuf,
-    /// The checkpoint of the state at the end of the warm-up, inside the folder.
-    pub checkpoint: PathBuf,
-    /// The run directory that trained the warm-up.
-    pub trained_by: PathBuf,
-}
-
-impl Entry {
-    /// The warm-up's `metrics.jsonl` lines.
-    pub fn metrics(&self) -> Result<Vec<u8>, RunDirError> {
-        let path = self.dir.join(METRICS);
-        std::fs::read(&path).map_err(RunDirError::io(path))
-    }
-
-    /// Copies the files the warm-up's evaluation wrote (samples, recorded episodes, the
-    /// tokenizer) into a fresh run directory.
-    pub fn copy_files_to(&self, run_dir: &Path) -> Result<(), RunDirError> {
-        copy_tree(&self.dir, run_dir, &|relative| {
-            relative != Path::new(METRICS) && !relative.starts_with(crate::checkpoint::DIR)
-        })
-    }
+struct Kept {
+    checkpoint: PathBuf,
+    trained_by: PathBuf,
 }
 
 impl SharedWarmups {
@@ -121,14 +96,22 @@ impl SharedWarmups {
             .flatten()
     }
 
-    /// The warm-up kept under `key`, if a run of this invocation trained it.
-    pub fn get(&self, key: &str) -> Option<Entry> {
-        self.lock().get(key).cloned()
+    /// The warm-up kept under `key`, if a run of this invocation trained it, to start from as
+    /// from an earlier run's ([`Earlier`]): one route for both.
+    pub fn get(&self, key: &str) -> Result<Option<Earlier>, CheckpointError> {
+        let Some(kept) = self.lock().get(key).cloned() else {
+            return Ok(None);
+        };
+        Ok(Some(Earlier {
+            checkpoint: Checkpoint::read(&kept.checkpoint)?,
+            run_dir: kept.trained_by,
+        }))
     }
 
-    /// Keeps the warm-up `run_dir` has just finished: its metrics so far, the files its
-    /// evaluation wrote, and the checkpoint `save` writes into the folder it is given (it
-    /// returns the file's path).
+    /// Keeps the warm-up `run_dir` has just finished: the checkpoint `save` writes into the
+    /// folder it is given (it returns the file's path). Its metrics lines and its evaluation's
+    /// files stay in `run_dir`, where the run never rewrites them; the others copy them from
+    /// there.
     pub fn keep<E: From<RunDirError>>(
         &self,
         key: &str,
@@ -137,17 +120,10 @@ impl SharedWarmups {
     ) -> Result<(), E> {
         let dir = self.dir.join(self.lock().len().to_string());
         std::fs::create_dir_all(&dir).map_err(RunDirError::io(&dir))?;
-        copy_tree(run_dir, &dir, &|relative| {
-            !relative.starts_with(crate::checkpoint::DIR)
-                && !OWN_FILES.iter().any(|own| relative == Path::new(own))
-        })?;
-        let (from, to) = (run_dir.join("metrics.jsonl"), dir.join(METRICS));
-        std::fs::copy(&from, &to).map_err(RunDirError::io(&from))?;
         let checkpoint = save(&dir)?;
         self.lock().insert(
             key.to_string(),
-            Entry {
-                dir,
+            Kept {
                 checkpoint,
                 trained_by: run_dir.to_path_buf(),
             },
@@ -155,7 +131,7 @@ impl SharedWarmups {
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Kept>> {
         self.entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -241,7 +217,7 @@ pub enum WarmupFromError {
     },
     /// A checkpoint could not be read.
     #[error(transparent)]
-    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    Checkpoint(#[from] CheckpointError),
     /// A folder could not be listed.
     #[error(transparent)]
     Io(#[from] RunDirError),

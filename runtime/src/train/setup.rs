@@ -9,7 +9,6 @@ use rand_chacha::ChaCha8Rng;
 
 use super::state::RunState;
 use super::{Job, Trainer};
-use crate::checkpoint::Checkpoint;
 use crate::curriculum::{Curriculum, training_draw};
 use crate::device;
 use crate::error::RunError;
@@ -80,6 +79,16 @@ impl<B: TrainBackend> Trainer<B> {
         let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
             .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
             .collect();
+        // A warm-up another run of this invocation trained identically is taken as it ended,
+        // as `--warmup-from` takes an earlier run's.
+        let warmup_key = options
+            .shared_warmups
+            .as_ref()
+            .and_then(|warmups| warmups.key(&spec, &device_name, &task_versions));
+        let earlier = match (earlier, &resume, &options.shared_warmups, &warmup_key) {
+            (None, None, Some(warmups), Some(key)) => warmups.get(key)?,
+            (earlier, ..) => earlier,
+        };
         // A tokenizer trained here, and the tokens it would need to keep every word whole.
         let taken = resume.as_ref().or(earlier.as_ref().map(|e| &e.checkpoint));
         let (tokenizer, vocab_needed) = match (taken, &loaded) {
@@ -116,21 +125,7 @@ impl<B: TrainBackend> Trainer<B> {
         // first update), its initial weights are these.
         crate::model::draw_weights(&policy);
         let mut state = RunState::fresh(policy, &spec, rng);
-        // A warm-up another run of this invocation trained identically is taken as it ended,
-        // exactly as a resumed run takes its checkpoint.
-        let warmup_key = options
-            .shared_warmups
-            .as_ref()
-            .and_then(|warmups| warmups.key(&spec, &device_name, &task_versions));
-        let shared = match (&resume, &earlier, &options.shared_warmups, &warmup_key) {
-            (None, None, Some(warmups), Some(key)) => warmups.get(key),
-            _ => None,
-        };
-        let shared_checkpoint = shared
-            .as_ref()
-            .map(|entry| Checkpoint::read(&entry.checkpoint))
-            .transpose()?;
-        if let Some(checkpoint) = resume.as_ref().or(shared_checkpoint.as_ref()) {
+        if let Some(checkpoint) = &resume {
             state = state.restore(checkpoint, &spec, &device)?;
         }
         if let Some(earlier) = &earlier {
@@ -166,10 +161,6 @@ impl<B: TrainBackend> Trainer<B> {
                     },
                 )?;
                 // What the warm-up wrote, this run would have written the same.
-                if let Some(entry) = &shared {
-                    entry.copy_files_to(run_dir.path())?;
-                    run_dir.append_recorded(&entry.metrics()?)?;
-                }
                 if let Some(earlier) = &earlier {
                     earlier.copy_to(&mut run_dir)?;
                 }
@@ -204,9 +195,7 @@ impl<B: TrainBackend> Trainer<B> {
             task_versions,
             engine_devices,
             warmup_key,
-            warmup_from: shared
-                .map(|entry| entry.trained_by)
-                .or(earlier.map(|earlier| earlier.run_dir)),
+            warmup_from: earlier.map(|earlier| earlier.run_dir),
             base_digest,
             state,
             run_dir,
