@@ -29,8 +29,8 @@
 //!
 //! `--data-parallel N` adds a synchronous run whose updates are shared by `N` trainer replicas
 //! (`train { data_parallel = N }`) and prints what an update costs there against one trainer:
-//! on one CPU the replicas take turns on the same cores, so this is the price of splitting the
-//! batch and summing the gradients, not a speed-up.
+//! on the CPU the replicas run at once, each on its share of the threads (on this bench's tiny
+//! policy mostly the price of splitting the batch and summing the gradients).
 
 use std::path::{Path, PathBuf};
 

@@ -38,7 +38,7 @@ use crate::model::{Origin, Policy, TrainBackend};
 use crate::optim::PolicyOptimizer;
 
 use super::exchange::exchange;
-use super::replicas::{Outcome, Replica, Work, panic_message};
+use super::replicas::{Outcome, Replica, Sharing, Work, panic_message};
 use super::setup::declared_policy;
 
 /// Where this process is among a multi-node run's: what `--nodes`, `--node-rank`,
@@ -275,6 +275,7 @@ impl Start {
             optimizer,
             self.pad,
             self.spec.algorithm.grad_clip,
+            Sharing::Turns,
         ))
     }
 }

@@ -15,6 +15,9 @@
 //! everywhere. A replica that fails (a panic in its forward pass, a failed sum) reports why and
 //! resets the collective, which ends the pending sum on every other replica with an error: the
 //! step fails with the replica's reason, and the run can resume from its latest checkpoint.
+//!
+//! How the replicas of one process share its device is a [`Sharing`]: on a GPU they take
+//! turns; on the CPU each computes at once on its own share of the threads.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -32,7 +35,7 @@ use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_collective::{CollectiveConfig, PeerId, ReduceOperation};
 
 use crate::algo::loss::Share;
-use crate::model::{Policy, TrainBackend};
+use crate::model::{Kernels, Policy, TrainBackend};
 use crate::optim::{Descent, GradientSum, PolicyOptimizer, descend_summed};
 use crate::text::Transcript;
 
@@ -60,6 +63,8 @@ pub(super) enum Work {
 /// The replicas beside the leader, and the leader's place in the collective.
 pub(super) struct Replicas<B: TrainBackend> {
     link: Link,
+    /// Where the leader computes.
+    sharing: Sharing,
     device: B::Device,
     grad_clip: Option<f64>,
     /// Held while the replicas live: one data-parallel run per process at a time, since
@@ -128,6 +133,7 @@ impl<B: TrainBackend> Replicas<B> {
                     nodes: nodes.clone(),
                     per_node,
                 },
+                sharing: Sharing::Turns,
                 device: device.clone(),
                 grad_clip,
                 _lease: lease,
@@ -135,8 +141,11 @@ impl<B: TrainBackend> Replicas<B> {
         }
         burn_collective::reset_collective::<B::InnerBackend>();
         let config = CollectiveConfig::default().with_num_devices(per_node);
+        let mut sharing = Sharing::of_device::<B>(per_node)?.into_iter();
+        let leader_sharing = sharing.next().unwrap_or(Sharing::Turns);
         let peers = (1..per_node)
-            .map(|r| {
+            .zip(sharing)
+            .map(|(r, sharing)| {
                 let (work, jobs) = mpsc::channel();
                 let (report, outcomes) = mpsc::channel();
                 // Fresh autodiff leaves: a replica's graph must not share nodes with the
@@ -148,6 +157,7 @@ impl<B: TrainBackend> Replicas<B> {
                     leader.optimizer.clone(),
                     leader.pad,
                     grad_clip,
+                    sharing,
                 );
                 let config = config.clone();
                 let thread = std::thread::Builder::new()
@@ -163,6 +173,7 @@ impl<B: TrainBackend> Replicas<B> {
             .collect::<Result<Vec<Peer>, String>>()?;
         let mut replicas = Replicas {
             link: Link::Threads(peers),
+            sharing: leader_sharing,
             device: device.clone(),
             grad_clip,
             _lease: lease,
@@ -207,29 +218,37 @@ impl<B: TrainBackend> Replicas<B> {
         }
     }
 
-    /// The leader's step on its own `loss` (computed during `turn`) with `scalars` to sum:
-    /// the summed loss decides, the summed gradients step; `scalars` come back summed.
-    pub fn descend(
+    /// The leader's step: its share's loss and `scalars` to sum, as `loss` computes them from
+    /// `policy` where the leader computes ([`Sharing::run`]); the summed loss decides, the
+    /// summed gradients step. Returns the stepped policy and the summed scalars.
+    pub fn descend<F>(
         &mut self,
         policy: Policy<B>,
         optimizer: &mut PolicyOptimizer<Policy<B>, B>,
-        loss: Option<Tensor<B, 1>>,
-        turn: Turn,
-        scalars: &mut Vec<f32>,
         lr: f64,
-    ) -> Result<(Policy<B>, Descent), String> {
-        let timeout = match &self.link {
-            Link::Threads(_) => None,
-            Link::Nodes { nodes, .. } => Some(nodes.config().timeout),
-        };
-        let mut sum = Collective::<B>::new(PeerId::from(0u32), &self.device, scalars, turn);
-        sum.timeout = timeout;
-        let stepped = descend_summed(policy, optimizer, loss, lr, self.grad_clip, &mut sum);
-        *scalars = std::mem::take(&mut sum.scalars);
-        drop(sum);
-        let stepped = stepped.map_err(|e| self.failure(e))?;
-        self.stepped()?;
-        Ok(stepped)
+        loss: F,
+    ) -> Result<(Policy<B>, Descent, Vec<f32>), String>
+    where
+        F: FnOnce(&Policy<B>) -> (Option<Tensor<B, 1>>, Vec<f32>) + Send,
+    {
+        let sharing = self.sharing.clone();
+        sharing.run(|| {
+            let turn = sharing.turn();
+            let (loss, scalars) = loss(&policy);
+            let timeout = match &self.link {
+                Link::Threads(_) => None,
+                Link::Nodes { nodes, .. } => Some(nodes.config().timeout),
+            };
+            let peer = PeerId::from(0u32);
+            let mut sum = Collective::<B>::new(peer, &self.device, &scalars, &sharing, turn);
+            sum.timeout = timeout;
+            let stepped = descend_summed(policy, optimizer, loss, lr, self.grad_clip, &mut sum);
+            let scalars = std::mem::take(&mut sum.scalars);
+            drop(sum);
+            let (policy, descent) = stepped.map_err(|e| self.failure(e))?;
+            self.stepped()?;
+            Ok((policy, descent, scalars))
+        })
     }
 
     /// Waits until every replica of this node has taken its step: nothing the leader computes
@@ -350,12 +369,15 @@ pub(super) struct Replica<B: TrainBackend> {
     optimizer: PolicyOptimizer<Policy<B>, B>,
     pad: u32,
     grad_clip: Option<f64>,
+    /// Where it computes.
+    sharing: Sharing,
     /// Updates taken, for [`fail_replica_at`].
     updates: u64,
 }
 
 impl<B: TrainBackend> Replica<B> {
-    /// Replica `peer`, training `policy` with `optimizer` on `device`.
+    /// Replica `peer`, training `policy` with `optimizer` on `device`, computing as
+    /// `sharing` says.
     pub fn new(
         peer: PeerId,
         device: B::Device,
@@ -363,6 +385,7 @@ impl<B: TrainBackend> Replica<B> {
         optimizer: PolicyOptimizer<Policy<B>, B>,
         pad: u32,
         grad_clip: Option<f64>,
+        sharing: Sharing,
     ) -> Self {
         Replica {
             peer,
@@ -371,6 +394,7 @@ impl<B: TrainBackend> Replica<B> {
             optimizer,
             pad,
             grad_clip,
+            sharing,
             updates: 0,
         }
     }
@@ -400,13 +424,18 @@ impl<B: TrainBackend> Replica<B> {
     }
 
     /// Takes its share of an update: its loss and gradients, their sum with every other
-    /// replica's, the step.
+    /// replica's, the step; where it computes ([`Sharing::run`]).
     pub fn update(&mut self, work: Work) -> Result<(), Outcome> {
+        let sharing = self.sharing.clone();
+        sharing.run(|| self.compute(work))
+    }
+
+    fn compute(&mut self, work: Work) -> Result<(), Outcome> {
         self.updates += 1;
         if injected_fault(self.peer, self.updates) {
             panic!("a fault injected at its update {}", self.updates);
         }
-        let turn = Turn::take();
+        let turn = self.sharing.turn();
         let (loss, mut scalars, lr) = match work {
             Work::Sft {
                 transcripts,
@@ -435,7 +464,7 @@ impl<B: TrainBackend> Replica<B> {
                 }
             }
         };
-        let mut sum = Collective::<B>::new(self.peer, &self.device, &scalars, turn);
+        let mut sum = Collective::<B>::new(self.peer, &self.device, &scalars, &self.sharing, turn);
         let policy = self.policy.clone();
         let (policy, _) = descend_summed(
             policy,
@@ -467,6 +496,8 @@ struct Collective<B: AutodiffBackend> {
     peer: PeerId,
     device: B::Device,
     scalars: Vec<f32>,
+    /// How this replica computes.
+    sharing: Sharing,
     /// This replica's turn to compute, given back while it waits for the sum.
     turn: Option<Turn>,
     /// How long to wait for the sum (the leader of a multi-node run); `None`: as long as it
@@ -475,11 +506,18 @@ struct Collective<B: AutodiffBackend> {
 }
 
 impl<B: AutodiffBackend> Collective<B> {
-    fn new(peer: PeerId, device: &B::Device, scalars: &[f32], turn: Turn) -> Self {
+    fn new(
+        peer: PeerId,
+        device: &B::Device,
+        scalars: &[f32],
+        sharing: &Sharing,
+        turn: Turn,
+    ) -> Self {
         Collective {
             peer,
             device: device.clone(),
             scalars: scalars.to_vec(),
+            sharing: sharing.clone(),
             turn: Some(turn),
             timeout: None,
         }
@@ -528,7 +566,7 @@ impl<B: AutodiffBackend> GradientSum<B> for Collective<B> {
             None => reduce(),
             Some(timeout) => within(timeout, "the other replicas", reduce),
         };
-        self.turn = Some(Turn::take());
+        self.turn = Some(self.sharing.turn());
         let summed = summed?;
         let summed = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(summed));
         let head: Vec<f32> = summed
@@ -608,28 +646,84 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Unflatten<B> {
     }
 }
 
-/// A replica's turn to compute (its forward and backward passes, its optimizer step): one
-/// replica at a time.
+/// How the replicas of one process share its device.
 ///
-/// The replicas share one device, and every flex kernel already runs on all its cores, so
-/// taking turns costs nothing; running concurrently would oversubscribe the cores, make
-/// rayon's reductions split differently from run to run (so the same seed would not give the
-/// same run), and two threads in burn-autodiff at once can deadlock on flex (a graph's lock
-/// held across rayon kernels). A replica gives its turn back while it waits for the sum.
-pub(super) struct Turn {
-    _held: MutexGuard<'static, ()>,
+/// A GPU computes one replica's kernels at a time anyway, so its replicas take turns. On the
+/// CPU a replica's step is partly serial (burn's graph, its element-wise ops, allocations),
+/// which leaves cores idle while one replica runs on all of them: there each replica runs at
+/// once on a pool of its own threads, the global pool's count split among them. Each
+/// replica's work stays inside its own pool, so rayon never runs one replica's work on
+/// another's stack (with one shared pool, a thread holding one replica's burn-autodiff graph
+/// lock could take up another replica's work that waits for that lock). Results are the same
+/// either way: every kernel is bit-identical for any thread count, and the sums are taken
+/// in the collective's order.
+#[derive(Clone)]
+pub(crate) enum Sharing {
+    /// One replica at a time, on all of the device.
+    Turns,
+    /// At once, on this replica's own threads.
+    Cores(Arc<rayon::ThreadPool>),
 }
 
-static COMPUTE: Mutex<()> = Mutex::new(());
+impl Sharing {
+    /// How each of `replicas` (the leader first) computes on `B`'s device: on the CPU with
+    /// at least as many threads as replicas, pools of the threads split as evenly as they go;
+    /// otherwise turns.
+    pub(super) fn of_device<B: TrainBackend>(replicas: usize) -> Result<Vec<Sharing>, String> {
+        let threads = rayon::current_num_threads();
+        if !<B as Kernels>::on_cpu_threads() || threads < replicas {
+            return Ok(vec![Sharing::Turns; replicas]);
+        }
+        (0..replicas)
+            .map(|r| {
+                let count = threads / replicas + usize::from(r < threads % replicas);
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(count)
+                    .thread_name(move |i| format!("agentry-replica-{r}-cpu-{i}"))
+                    .build()
+                    .map(|pool| Sharing::Cores(Arc::new(pool)))
+                    .map_err(|e| format!("cannot start replica {r}'s {count} CPU threads: {e}"))
+            })
+            .collect()
+    }
 
-impl Turn {
-    /// Waits for this replica's turn.
-    pub fn take() -> Turn {
-        Turn {
-            _held: COMPUTE.lock().unwrap_or_else(|e| e.into_inner()),
+    /// The threads a replica computes on (`None`: the global pool's, in turns).
+    #[cfg(test)]
+    fn threads(&self) -> Option<usize> {
+        match self {
+            Sharing::Turns => None,
+            Sharing::Cores(pool) => Some(pool.current_num_threads()),
+        }
+    }
+
+    /// Runs `work` where this replica computes: on the calling thread (its kernels on the
+    /// global pool), or inside its own pool.
+    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        match self {
+            Sharing::Turns => work(),
+            Sharing::Cores(pool) => pool.install(work),
+        }
+    }
+
+    /// This replica's turn to compute: waited for in turns, nothing to wait for on cores.
+    fn turn(&self) -> Turn {
+        match self {
+            Sharing::Turns => Turn {
+                _held: Some(COMPUTE.lock().unwrap_or_else(|e| e.into_inner())),
+            },
+            Sharing::Cores(_) => Turn { _held: None },
         }
     }
 }
+
+/// A replica's turn to compute (its forward and backward passes, its optimizer step) when
+/// replicas take turns ([`Sharing::Turns`]). A replica gives its turn back while it waits for
+/// the sum.
+pub(super) struct Turn {
+    _held: Option<MutexGuard<'static, ()>>,
+}
+
+static COMPUTE: Mutex<()> = Mutex::new(());
 
 /// Held by a data-parallel run's replicas; the next one waits until it is dropped.
 struct Lease;
@@ -676,4 +770,39 @@ fn injected_fault(peer: PeerId, update: u64) -> bool {
         && FAULT
             .compare_exchange(planned, 0, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, Flex};
+
+    use super::Sharing;
+
+    fn threads_of(global: usize, replicas: usize) -> Vec<Option<usize>> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(global)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let sharing = Sharing::of_device::<Autodiff<Flex>>(replicas).unwrap();
+            sharing.iter().map(Sharing::threads).collect()
+        })
+    }
+
+    #[test]
+    fn on_the_cpu_replicas_split_the_threads_and_take_turns_when_there_are_too_few() {
+        assert_eq!(threads_of(2, 2), [Some(1), Some(1)]);
+        assert_eq!(threads_of(5, 2), [Some(3), Some(2)]);
+        assert_eq!(threads_of(4, 3), [Some(2), Some(1), Some(1)]);
+        assert_eq!(threads_of(1, 2), [None, None]);
+        assert_eq!(threads_of(2, 3), [None, None, None]);
+    }
+
+    #[test]
+    fn work_runs_on_its_replicas_own_threads() {
+        let sharing = Sharing::of_device::<Autodiff<Flex>>(1).unwrap();
+        let inside = sharing[0].run(rayon::current_num_threads);
+        assert_eq!(Some(inside), sharing[0].threads());
+        assert!(Sharing::Turns.run(rayon::current_thread_index).is_none());
+    }
 }

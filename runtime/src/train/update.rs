@@ -11,7 +11,7 @@ use agentry_dsl::spec::{self, AlgorithmKind, KlPlacement, SftSource, ValueHead};
 use super::Trainer;
 use super::prepare::{self, AdvantageStats, Advantages, Example, PreparedStats};
 use super::record::StepStats;
-use super::replicas::{LeaderState, Replicas, Turn, Work};
+use super::replicas::{LeaderState, Replicas, Work};
 use super::shares::{
     RlRows, RlSettings, RlTerms, ValueSettings, rl_loss, sft_loss, split, token_share,
 };
@@ -378,11 +378,11 @@ impl<B: TrainBackend> Trainer<B> {
         replicas
             .dispatch(works)
             .map_err(|reason| RunError::DataParallel { at, reason })?;
-        let mine = shares[0].clone();
-        let share = token_share(&batch, mine.clone());
-        let turn = Turn::take();
-        let loss = sft_loss(&self.state.policy, &batch[mine], pad, share);
-        let (descent, _) = self.step_together(loss, turn, Vec::new(), lr, at)?;
+        let mine = &batch[shares[0].clone()];
+        let share = token_share(&batch, shares[0].clone());
+        let (descent, _) = self.step_together(lr, at, |policy| {
+            (sft_loss(policy, mine, pad, share), Vec::new())
+        })?;
         Ok(descent)
     }
 
@@ -424,22 +424,14 @@ impl<B: TrainBackend> Trainer<B> {
         replicas
             .dispatch(works)
             .map_err(|reason| RunError::DataParallel { at, reason })?;
-        let mine = shares[0].clone();
-        let share = rows.share(mine.clone(), &settings.loss);
-        let turn = Turn::take();
-        let loss = rl_loss(
-            &self.state.policy,
-            &rows.rows(mine),
-            share,
-            &demos,
-            sft_alpha,
-            settings,
-        );
-        let (loss, terms) = match loss {
-            Some((loss, terms)) => (Some(loss), terms),
-            None => (None, RlTerms::from_slice(&[], value)),
-        };
-        let (descent, sums) = self.step_together(loss, turn, terms.to_vec(), lr, at)?;
+        let mine = rows.rows(shares[0].clone());
+        let share = rows.share(shares[0].clone(), &settings.loss);
+        let (descent, sums) = self.step_together(lr, at, |policy| {
+            match rl_loss(policy, &mine, share, &demos, sft_alpha, settings) {
+                Some((loss, terms)) => (Some(loss), terms.to_vec()),
+                None => (None, RlTerms::from_slice(&[], value).to_vec()),
+            }
+        })?;
         Ok((descent, RlTerms::from_slice(&sums, value)))
     }
 
@@ -484,31 +476,25 @@ impl<B: TrainBackend> Trainer<B> {
         descent
     }
 
-    /// The leader's step on its share's `loss`, summed with the replicas' (and `scalars`
-    /// with theirs, returned summed).
-    fn step_together(
+    /// The leader's step on its share's loss and scalars, as `loss` computes them from the
+    /// policy, summed with the replicas' (the scalars returned summed).
+    fn step_together<F>(
         &mut self,
-        loss: Option<Tensor<B, 1>>,
-        turn: Turn,
-        mut scalars: Vec<f32>,
         lr: f64,
         at: Update,
-    ) -> Result<(Descent, Vec<f32>), RunError> {
+        loss: F,
+    ) -> Result<(Descent, Vec<f32>), RunError>
+    where
+        F: FnOnce(&Policy<B>) -> (Option<Tensor<B, 1>>, Vec<f32>) + Send,
+    {
         let Some(replicas) = self.replicas.as_mut() else {
             return Err(RunError::Internal(
                 "a data-parallel step without its replicas",
             ));
         };
         let policy = self.state.policy.clone();
-        let (policy, descent) = replicas
-            .descend(
-                policy,
-                &mut self.state.optimizer,
-                loss,
-                turn,
-                &mut scalars,
-                lr,
-            )
+        let (policy, descent, scalars) = replicas
+            .descend(policy, &mut self.state.optimizer, lr, loss)
             .map_err(|reason| RunError::DataParallel { at, reason })?;
         self.state.policy = policy;
         Ok((descent, scalars))

@@ -163,6 +163,10 @@ impl<B: Backend> Backward<B, 2> for TokenLogprobsBackward<B> {
 }
 
 impl<B: Kernels, C: CheckpointStrategy> Kernels for Autodiff<B, C> {
+    fn on_cpu_threads() -> bool {
+        B::on_cpu_threads()
+    }
+
     fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         let Some(f) = B::fused() else {
             return Self::float_matmul(lhs, rhs);

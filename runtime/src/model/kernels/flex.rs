@@ -13,6 +13,10 @@ impl Kernels for Flex {
         (!decomposed_only()).then_some(&FlexKernels)
     }
 
+    fn on_cpu_threads() -> bool {
+        true
+    }
+
     fn cache_write(buffer: FlexTensor, start: usize, rows: FlexTensor) -> FlexTensor {
         if decomposed_only() {
             return super::decomposed::cache_write::<Self>(buffer, start, rows);

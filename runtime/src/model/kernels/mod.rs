@@ -166,6 +166,13 @@ pub trait Kernels: Backend {
         None
     }
 
+    /// Whether the backend computes on this process's CPU threads (rayon's pool), so that
+    /// work split over disjoint pools of them runs at once without contending (data-parallel
+    /// replicas on a CPU); `false` (the default) for a device of its own.
+    fn on_cpu_threads() -> bool {
+        false
+    }
+
     /// Writes `rows` (`[b, t, heads, hd]`) into a KV-cache buffer (`[b, capacity, heads, hd]`)
     /// at positions `start..start + t` and returns the buffer. In place on flex when the
     /// buffer is not shared (burn's `slice_assign` copies the whole buffer first: a copy of
