@@ -231,16 +231,14 @@ impl<B: TrainBackend> Replicas<B> {
     where
         F: FnOnce(&Policy<B>) -> (Option<Tensor<B, 1>>, Vec<f32>) + Send,
     {
-        let sharing = self.sharing.clone();
-        sharing.run(|| {
-            let turn = sharing.turn();
+        self.sharing.clone().run(|turn| {
             let (loss, scalars) = loss(&policy);
             let timeout = match &self.link {
                 Link::Threads(_) => None,
                 Link::Nodes { nodes, .. } => Some(nodes.config().timeout),
             };
             let peer = PeerId::from(0u32);
-            let mut sum = Collective::<B>::new(peer, &self.device, &scalars, &sharing, turn);
+            let mut sum = Collective::<B>::new(peer, &self.device, &scalars, turn);
             sum.timeout = timeout;
             let stepped = descend_summed(policy, optimizer, loss, lr, self.grad_clip, &mut sum);
             let scalars = std::mem::take(&mut sum.scalars);
@@ -426,16 +424,14 @@ impl<B: TrainBackend> Replica<B> {
     /// Takes its share of an update: its loss and gradients, their sum with every other
     /// replica's, the step; where it computes ([`Sharing::run`]).
     pub fn update(&mut self, work: Work) -> Result<(), Outcome> {
-        let sharing = self.sharing.clone();
-        sharing.run(|| self.compute(work))
+        self.sharing.clone().run(|turn| self.compute(work, turn))
     }
 
-    fn compute(&mut self, work: Work) -> Result<(), Outcome> {
+    fn compute(&mut self, work: Work, turn: Turn) -> Result<(), Outcome> {
         self.updates += 1;
         if injected_fault(self.peer, self.updates) {
             panic!("a fault injected at its update {}", self.updates);
         }
-        let turn = self.sharing.turn();
         let (loss, mut scalars, lr) = match work {
             Work::Sft {
                 transcripts,
@@ -464,7 +460,7 @@ impl<B: TrainBackend> Replica<B> {
                 }
             }
         };
-        let mut sum = Collective::<B>::new(self.peer, &self.device, &scalars, &self.sharing, turn);
+        let mut sum = Collective::<B>::new(self.peer, &self.device, &scalars, turn);
         let policy = self.policy.clone();
         let (policy, _) = descend_summed(
             policy,
@@ -496,29 +492,20 @@ struct Collective<B: AutodiffBackend> {
     peer: PeerId,
     device: B::Device,
     scalars: Vec<f32>,
-    /// How this replica computes.
-    sharing: Sharing,
     /// This replica's turn to compute, given back while it waits for the sum.
-    turn: Option<Turn>,
+    turn: Turn,
     /// How long to wait for the sum (the leader of a multi-node run); `None`: as long as it
     /// takes.
     timeout: Option<Duration>,
 }
 
 impl<B: AutodiffBackend> Collective<B> {
-    fn new(
-        peer: PeerId,
-        device: &B::Device,
-        scalars: &[f32],
-        sharing: &Sharing,
-        turn: Turn,
-    ) -> Self {
+    fn new(peer: PeerId, device: &B::Device, scalars: &[f32], turn: Turn) -> Self {
         Collective {
             peer,
             device: device.clone(),
             scalars: scalars.to_vec(),
-            sharing: sharing.clone(),
-            turn: Some(turn),
+            turn,
             timeout: None,
         }
     }
@@ -552,7 +539,6 @@ impl<B: AutodiffBackend> GradientSum<B> for Collective<B> {
         )];
         parts.append(&mut flatten.parts);
         let flat = Tensor::cat(parts, 0);
-        self.turn = None;
         let peer = self.peer;
         let reduce = move || {
             burn_collective::all_reduce::<B::InnerBackend>(
@@ -562,12 +548,11 @@ impl<B: AutodiffBackend> GradientSum<B> for Collective<B> {
             )
             .map_err(|e| format!("{e:?}"))
         };
-        let summed = match self.timeout {
+        let timeout = self.timeout;
+        let summed = self.turn.given_back(|| match timeout {
             None => reduce(),
             Some(timeout) => within(timeout, "the other replicas", reduce),
-        };
-        self.turn = Some(self.sharing.turn());
-        let summed = summed?;
+        })?;
         let summed = Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(summed));
         let head: Vec<f32> = summed
             .clone()
@@ -658,7 +643,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Unflatten<B> {
 /// either way: every kernel is bit-identical for any thread count, and the sums are taken
 /// in the collective's order.
 #[derive(Clone)]
-pub(crate) enum Sharing {
+pub(super) enum Sharing {
     /// One replica at a time, on all of the device.
     Turns,
     /// At once, on this replica's own threads.
@@ -696,31 +681,39 @@ impl Sharing {
         }
     }
 
-    /// Runs `work` where this replica computes: on the calling thread (its kernels on the
-    /// global pool), or inside its own pool.
-    fn run<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
-        match self {
-            Sharing::Turns => work(),
-            Sharing::Cores(pool) => pool.install(work),
-        }
-    }
-
-    /// This replica's turn to compute: waited for in turns, nothing to wait for on cores.
-    fn turn(&self) -> Turn {
-        match self {
-            Sharing::Turns => Turn {
-                _held: Some(COMPUTE.lock().unwrap_or_else(|e| e.into_inner())),
-            },
-            Sharing::Cores(_) => Turn { _held: None },
+    /// Runs `work` where this replica computes, in its turn: on the calling thread (its
+    /// kernels on the global pool), or inside its own pool.
+    fn run<R: Send>(self, work: impl FnOnce(Turn) -> R + Send) -> R {
+        match &self {
+            Sharing::Turns => work(Turn::take(self)),
+            Sharing::Cores(pool) => pool.clone().install(|| work(Turn::take(self))),
         }
     }
 }
 
-/// A replica's turn to compute (its forward and backward passes, its optimizer step) when
-/// replicas take turns ([`Sharing::Turns`]). A replica gives its turn back while it waits for
-/// the sum.
+/// A replica's turn to compute (its forward and backward passes, its optimizer step): waited
+/// for when replicas take turns ([`Sharing::Turns`]), nothing to wait for on cores.
 pub(super) struct Turn {
-    _held: Option<MutexGuard<'static, ()>>,
+    sharing: Sharing,
+    held: Option<MutexGuard<'static, ()>>,
+}
+
+impl Turn {
+    fn take(sharing: Sharing) -> Turn {
+        let held = match sharing {
+            Sharing::Turns => Some(COMPUTE.lock().unwrap_or_else(|e| e.into_inner())),
+            Sharing::Cores(_) => None,
+        };
+        Turn { sharing, held }
+    }
+
+    /// Runs `wait` (a sum) with the turn given back, then takes it again.
+    fn given_back<R>(&mut self, wait: impl FnOnce() -> R) -> R {
+        self.held = None;
+        let done = wait();
+        *self = Turn::take(self.sharing.clone());
+        done
+    }
 }
 
 static COMPUTE: Mutex<()> = Mutex::new(());
@@ -801,8 +794,12 @@ mod tests {
     #[test]
     fn work_runs_on_its_replicas_own_threads() {
         let sharing = Sharing::of_device::<Autodiff<Flex>>(1).unwrap();
-        let inside = sharing[0].run(rayon::current_num_threads);
+        let inside = sharing[0].clone().run(|_| rayon::current_num_threads());
         assert_eq!(Some(inside), sharing[0].threads());
-        assert!(Sharing::Turns.run(rayon::current_thread_index).is_none());
+        assert!(
+            Sharing::Turns
+                .run(|_| rayon::current_thread_index())
+                .is_none()
+        );
     }
 }
