@@ -238,8 +238,8 @@ fn measure(args: &Args) -> agentry::Result<()> {
     };
     println!(
         "bench_policy{}{}{} --model {}: {} layers, d_model {}, {} heads / {} key-value heads, \
-         ffn {}, vocab {}, {} embeddings; flex backend, {threads} CPU thread{}; freed memory: \
-         {freed_memory}",
+         ffn {}, vocab {}, {} embeddings; flex backend, {threads} CPU thread{}, {}; freed \
+         memory: {freed_memory}",
         if args.quick { " --quick" } else { "" },
         if args.decomposed { " --decomposed" } else { "" },
         if args.default_malloc {
@@ -260,6 +260,7 @@ fn measure(args: &Args) -> agentry::Result<()> {
             "untied"
         },
         if threads == 1 { "" } else { "s" },
+        agentry_kernels::simd::Level::detected(),
     );
     let mut rng = ChaCha8Rng::seed_from_u64(0);
 

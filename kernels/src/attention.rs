@@ -34,6 +34,7 @@ use rayon::prelude::*;
 
 use crate::math::exp;
 use crate::matmul::{MatMut, MatRef, Threads, matmul};
+use crate::simd::vectorized;
 
 /// Sizes of one attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -389,6 +390,7 @@ fn query_tasks<'r, 'o>(
 /// depends on nothing but the length.
 const LANES: usize = 8;
 
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
@@ -406,6 +408,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+#[inline(always)]
 fn sum(a: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
     let chunks = a.chunks_exact(LANES);
@@ -418,6 +421,7 @@ fn sum(a: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+#[inline(always)]
 fn max(a: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let chunks = a.chunks_exact(LANES);
@@ -435,6 +439,7 @@ fn max(a: &[f32]) -> f32 {
 
 /// `row[..visible] ← exp(row - shift)`, `row[visible..] ← 0`: a tile row's (unnormalized, in
 /// forward) probabilities, the hidden keys' exactly zero.
+#[inline(always)]
 fn probabilities(row: &mut [f32], visible: usize, shift: f32) {
     let (seen, hidden) = row.split_at_mut(visible);
     for x in seen {
@@ -444,6 +449,7 @@ fn probabilities(row: &mut [f32], visible: usize, shift: f32) {
 }
 
 /// `ds ← p ∘ (ds - delta)` over a tile row: the score gradient from `dP` (in `ds`).
+#[inline(always)]
 fn score_grad(ds: &mut [f32], p: &[f32], delta: f32) {
     for (d, &p) in ds.iter_mut().zip(p) {
         *d = p * (*d - delta);
@@ -492,7 +498,7 @@ fn forward_blocked(
     out_tasks.into_par_iter().zip(lse_tasks).for_each_init(
         || Scratch::new(&ctx, blocks, false),
         |scratch, ((b, g, i0, out), (_, _, _, lse))| {
-            forward_task(&ctx, blocks, scratch, b, g, i0, out, lse);
+            vectorized(|| forward_task(&ctx, blocks, scratch, b, g, i0, out, lse));
         },
     );
 }
@@ -501,6 +507,7 @@ fn forward_blocked(
 /// `group · n` rows, head after head): an online softmax over the key tiles from `lo(b)` to the
 /// last key the block's last position sees.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn forward_task(
     ctx: &Ctx<'_>,
     blocks: Blocks,
@@ -621,10 +628,12 @@ fn backward_blocked(
             .enumerate()
             .for_each(|(bh, delta)| {
                 let (b, h) = (bh / heads, bh % heads);
-                for (i, x) in delta.iter_mut().enumerate() {
-                    let at = ((b * q_len + i) * heads + h) * d;
-                    *x = dot(&out[at..at + d], &d_out[at..at + d]);
-                }
+                vectorized(|| {
+                    for (i, x) in delta.iter_mut().enumerate() {
+                        let at = ((b * q_len + i) * heads + h) * d;
+                        *x = dot(&out[at..at + d], &d_out[at..at + d]);
+                    }
+                });
             });
     }
     let delta = &delta[..];
@@ -660,7 +669,7 @@ fn backward_blocked(
         tasks.into_par_iter().for_each_init(
             || Scratch::new(&ctx, blocks, true),
             |scratch, (b, g, j0, dk, dv)| {
-                key_grads_task(&ctx, &grads, blocks, scratch, b, g, j0, dk, dv);
+                vectorized(|| key_grads_task(&ctx, &grads, blocks, scratch, b, g, j0, dk, dv));
             },
         );
     }
@@ -672,7 +681,7 @@ fn backward_blocked(
         tasks.into_par_iter().for_each_init(
             || Scratch::new(&ctx, blocks, true),
             |scratch, (b, g, i0, dq)| {
-                query_grads_task(&ctx, &grads, blocks, scratch, b, g, i0, dq);
+                vectorized(|| query_grads_task(&ctx, &grads, blocks, scratch, b, g, i0, dq));
             },
         );
     }
@@ -713,6 +722,7 @@ impl Ctx<'_> {
 /// `dk`, `dv` for keys `j0..j0 + dk.len()` of kv head `g`, batch row `b`: the sum over every
 /// query head of the group and every query block that sees one of these keys.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn key_grads_task(
     ctx: &Ctx<'_>,
     grads: &Grads<'_>,
@@ -809,6 +819,7 @@ fn key_grads_task(
 /// `dq` for positions `i0..` of the query heads of kv head `g`, batch row `b`, over the same
 /// key tiles as the forward pass.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn query_grads_task(
     ctx: &Ctx<'_>,
     grads: &Grads<'_>,
@@ -870,6 +881,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    use crate::simd::{Level, forced};
     use crate::test_rng::Rng;
 
     #[derive(Clone, Debug)]
@@ -1246,7 +1258,7 @@ mod tests {
     }
 
     #[test]
-    fn results_are_bit_identical_for_any_thread_count() {
+    fn results_are_bit_identical_for_any_thread_count_and_vector_width() {
         let case = Case {
             shape: Shape {
                 batch: 3,
@@ -1269,11 +1281,13 @@ mod tests {
                 .build()
                 .unwrap()
         };
-        let one = pool(1).install(|| case.run(&x));
-        let three = pool(3).install(|| case.run(&x));
-        for (a, b) in one.iter().zip(&three) {
-            let bits = |v: &Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(a), bits(b));
+        let bits = |v: &Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let one = forced::at(Level::Baseline, || pool(1).install(|| case.run(&x)));
+        for level in forced::supported() {
+            let three = forced::at(level, || pool(3).install(|| case.run(&x)));
+            for (a, b) in one.iter().zip(&three) {
+                assert!(bits(a) == bits(b), "1 thread and 3 at {level:?} differ");
+            }
         }
     }
 

@@ -15,5 +15,6 @@ pub mod math;
 pub mod matmul;
 pub mod memory;
 pub mod norm;
+pub mod simd;
 #[cfg(test)]
 mod test_rng;

@@ -24,6 +24,7 @@ use rayon::prelude::*;
 
 use crate::math::exp;
 use crate::matmul::{MatMut, MatRef, Threads, matmul};
+use crate::simd::vectorized;
 
 /// Floats in one logits tile (4 MB): large enough for efficient `gemm` shapes, small enough to
 /// stay in L2/L3 between the product and the passes over it.
@@ -228,8 +229,8 @@ fn logits_tile(
     );
 }
 
-/// Runs `f` on each row of `tile` (width `cols`) with its row's state, over rayon when large.
-/// Rows are independent, so the split cannot change a result.
+/// Runs `f` on each row of `tile` (width `cols`) with its row's state, over rayon when large,
+/// [`vectorized`]. Rows are independent, so the split cannot change a result.
 fn for_rows<S: Send>(
     tile: &mut [f32],
     cols: usize,
@@ -239,11 +240,13 @@ fn for_rows<S: Send>(
     if tile.len() >= PAR_MIN_ELEMS && rayon::current_num_threads() > 1 {
         tile.par_chunks_mut(cols)
             .zip(states.par_iter_mut())
-            .for_each(|(row, s)| f(row, s));
+            .for_each(|(row, s)| vectorized(|| f(row, s)));
     } else {
-        for (row, s) in tile.chunks_mut(cols).zip(states.iter_mut()) {
-            f(row, s);
-        }
+        vectorized(|| {
+            for (row, s) in tile.chunks_mut(cols).zip(states.iter_mut()) {
+                f(row, s);
+            }
+        });
     }
 }
 
@@ -573,6 +576,7 @@ fn backward_tiled(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::simd::{Level, forced};
     use proptest::prelude::*;
 
     /// Deterministic values in [-1, 1) from a seed (splitmix64).
@@ -943,7 +947,7 @@ mod tests {
     }
 
     #[test]
-    fn results_are_bit_identical_for_any_thread_count() {
+    fn results_are_bit_identical_for_any_thread_count_and_vector_width() {
         let cases = [
             (
                 Case::new(200, 48, 1500, 1.3, 2.0, true, 21),
@@ -955,22 +959,29 @@ mod tests {
             (Case::new(130, 40, 2000, 0.7, 1.0, false, 22), None),
         ];
         for (c, tiling) in &cases {
-            let run = |threads: usize| {
+            let run = |threads: usize, level| {
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .build()
                     .unwrap();
-                pool.install(|| {
-                    let (logprob, ent, lse) = c.forward(*tiling, true);
-                    let (dh, dw) = c.backward(*tiling, &lse, true);
-                    let (dh0, dw0) = c.backward(*tiling, &lse, false);
-                    [logprob, ent.unwrap(), lse, dh, dw, dh0, dw0].map(|v| bits(&v))
+                forced::at(level, || {
+                    pool.install(|| {
+                        let (logprob, ent, lse) = c.forward(*tiling, true);
+                        let (dh, dw) = c.backward(*tiling, &lse, true);
+                        let (dh0, dw0) = c.backward(*tiling, &lse, false);
+                        [logprob, ent.unwrap(), lse, dh, dw, dh0, dw0].map(|v| bits(&v))
+                    })
                 })
             };
-            let one = run(1);
-            let three = run(3);
-            for (k, (a, b)) in one.iter().zip(&three).enumerate() {
-                assert!(a == b, "output {k} differs between 1 and 3 threads");
+            let one = run(1, Level::Baseline);
+            for level in forced::supported() {
+                let three = run(3, level);
+                for (k, (a, b)) in one.iter().zip(&three).enumerate() {
+                    assert!(
+                        a == b,
+                        "output {k} differs between 1 thread and 3 at {level:?}"
+                    );
+                }
             }
         }
     }

@@ -14,6 +14,7 @@
 use rayon::prelude::*;
 
 use crate::math::{exp, sigmoid};
+use crate::simd::vectorized;
 
 /// Below this many elements a kernel runs on the calling thread: a rayon fork and join costs a
 /// few microseconds, about what 32k elements of these kernels take on one core.
@@ -130,9 +131,9 @@ pub fn rms_norm_forward(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32], inv_r
         (x.par_chunks(per * d))
             .zip(y.par_chunks_mut(per * d))
             .zip(inv_rms.par_chunks_mut(per))
-            .for_each(|((x, y), r)| rows(x, y, r));
+            .for_each(|((x, y), r)| vectorized(|| rows(x, y, r)));
     } else {
-        rows(x, y, inv_rms);
+        vectorized(|| rows(x, y, inv_rms));
     }
 }
 
@@ -205,7 +206,7 @@ pub fn rms_norm_backward(
             .zip(dx.par_chunks_mut(len))
             .map(|(((x, dy), r), dx)| {
                 let mut part = vec![0.0; d];
-                block(x, dy, r, dx, &mut part);
+                vectorized(|| block(x, dy, r, dx, &mut part));
                 part
             })
             .collect();
@@ -219,7 +220,7 @@ pub fn rms_norm_backward(
             blocks.zip(inv_rms.chunks(GAMMA_CHUNK_ROWS).zip(dx.chunks_mut(len)))
         {
             part.fill(0.0);
-            block(x, dy, r, dx, &mut part);
+            vectorized(|| block(x, dy, r, dx, &mut part));
             add_assign(d_gamma, &part);
         }
     }
@@ -244,9 +245,9 @@ fn elementwise3(
         (a.par_chunks(TASK_ELEMS))
             .zip(b.par_chunks(TASK_ELEMS))
             .zip(out.par_chunks_mut(TASK_ELEMS))
-            .for_each(|((a, b), out)| f(a, b, out));
+            .for_each(|((a, b), out)| vectorized(|| f(a, b, out)));
     } else {
-        f(a, b, out);
+        vectorized(|| f(a, b, out));
     }
 }
 
@@ -310,9 +311,9 @@ pub fn swiglu_backward(
             .zip(d_out.par_chunks(TASK_ELEMS))
             .zip(d_gate.par_chunks_mut(TASK_ELEMS))
             .zip(d_up.par_chunks_mut(TASK_ELEMS))
-            .for_each(|((((g, u), o), dg), du)| run(g, u, o, dg, du));
+            .for_each(|((((g, u), o), dg), du)| vectorized(|| run(g, u, o, dg, du)));
     } else {
-        run(gate, up, d_out, d_gate, d_up);
+        vectorized(|| run(gate, up, d_out, d_gate, d_up));
     }
 }
 
@@ -375,9 +376,9 @@ pub fn rope_in_place(
         (x.par_chunks_mut(per * row))
             .zip(cos.par_chunks(per * half))
             .zip(sin.par_chunks(per * half))
-            .for_each(|((x, c), s)| run(x, c, s));
+            .for_each(|((x, c), s)| vectorized(|| run(x, c, s)));
     } else {
-        run(x, cos, sin);
+        vectorized(|| run(x, cos, sin));
     }
 }
 
@@ -402,6 +403,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    use crate::simd::{Level, forced};
     use crate::test_rng::Rng;
 
     fn assert_close(what: &str, got: &[f32], want: &[f64], tol: &[f64]) {
@@ -845,12 +847,17 @@ mod tests {
     }
 
     #[test]
-    fn kernels_are_bit_identical_across_thread_counts() {
+    fn kernels_are_bit_identical_across_thread_counts_and_vector_widths() {
         // One thread takes the sequential path, three the parallel one.
-        let one = in_pool(1, all_outputs);
-        let three = in_pool(3, all_outputs);
-        for (i, (a, b)) in one.iter().zip(&three).enumerate() {
-            assert!(a == b, "output {i} differs between 1 and 3 threads");
+        let one = forced::at(Level::Baseline, || in_pool(1, all_outputs));
+        for level in forced::supported() {
+            let three = forced::at(level, || in_pool(3, all_outputs));
+            for (i, (a, b)) in one.iter().zip(&three).enumerate() {
+                assert!(
+                    a == b,
+                    "output {i} differs between 1 thread and 3 at {level:?}"
+                );
+            }
         }
     }
 

@@ -1,0 +1,196 @@
+//! The kernels' loops in the widest vector instructions the CPU has, chosen when the program
+//! runs.
+//!
+//! The crate is compiled for x86-64's baseline (SSE2: four floats an instruction), so that one
+//! binary runs on any x86-64 machine. [`vectorized`] compiles the work it is given three times,
+//! for AVX-512, for AVX2 and for the baseline, and runs the widest the CPU supports: the
+//! element-wise loops of SwiGLU, RMSNorm, RoPE, the vocabulary's log-softmax and attention's
+//! online softmax run two to three times faster on AVX2 and AVX-512 machines (measured on
+//! SwiGLU's forward loop).
+//!
+//! Every version computes the same bits. The loops are element-wise, or reduce over lanes
+//! written out in their code (`LANES` partial sums in a fixed order), which the compiler may
+//! not reorder in any version; and Rust never fuses a multiplication and an addition into one
+//! instruction on its own, AVX2's FMA notwithstanding. Only the speed depends on the CPU.
+//! (The matrix products are `gemm`'s, which picks its own micro-kernels.)
+
+// The one `unsafe` here calls a `#[target_feature]` function after checking, at run time, that
+// the CPU has its features.
+#![allow(unsafe_code)]
+
+/// The vector instructions a version of the work is compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// x86-64 with AVX-512 (F, VL, BW, DQ).
+    Avx512,
+    /// x86-64 with AVX2 and FMA.
+    Avx2,
+    /// What the crate is compiled for (SSE2 on x86-64; any other architecture's default).
+    Baseline,
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Level::Avx512 => "AVX-512",
+            Level::Avx2 => "AVX2",
+            Level::Baseline => "baseline vector instructions",
+        })
+    }
+}
+
+impl Level {
+    /// The widest level this CPU supports (detected once).
+    pub fn detected() -> Level {
+        static DETECTED: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                use std::arch::is_x86_feature_detected as has;
+                if has!("avx512f") && has!("avx512vl") && has!("avx512bw") && has!("avx512dq") {
+                    return Level::Avx512;
+                }
+                if has!("avx2") && has!("fma") {
+                    return Level::Avx2;
+                }
+            }
+            Level::Baseline
+        })
+    }
+
+    /// Whether this CPU can run code compiled for `self`.
+    pub fn supported(self) -> bool {
+        match (self, Level::detected()) {
+            (Level::Baseline, _) | (_, Level::Avx512) => true,
+            (Level::Avx2, level) => level == Level::Avx2,
+            (Level::Avx512, _) => false,
+        }
+    }
+}
+
+/// Runs `work` compiled for the widest vector instructions this CPU has. `work` should be a
+/// closure whose loops are inlined into it (a local closure, or `#[inline(always)]` functions),
+/// since only what is inlined into it is compiled for the wider instructions.
+#[inline(always)]
+pub fn vectorized<R>(work: impl FnOnce() -> R) -> R {
+    #[cfg(test)]
+    if let Some(level) = forced::level() {
+        return at(level, work);
+    }
+    at(Level::detected(), work)
+}
+
+/// Runs `work` compiled for `level`, which the CPU must support (the tests compare levels).
+///
+/// # Panics
+///
+/// If the CPU does not support `level`.
+#[inline(always)]
+pub fn at<R>(level: Level, work: impl FnOnce() -> R) -> R {
+    assert!(level.supported(), "this CPU does not support {level:?}");
+    match level {
+        // SAFETY: `supported` checked that the CPU has these target features.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { avx512(work) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { avx2(work) },
+        _ => work(),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+fn avx512<R>(work: impl FnOnce() -> R) -> R {
+    work()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn avx2<R>(work: impl FnOnce() -> R) -> R {
+    work()
+}
+
+/// The kernels' tests run them at each level: while [`forced::at`] runs, every [`vectorized`]
+/// call (on any thread) uses its level. The process-wide setting can only slow down or speed up
+/// other tests running at the time, since every level computes the same bits.
+#[cfg(test)]
+pub(crate) mod forced {
+    use super::Level;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    static FORCED: AtomicU8 = AtomicU8::new(0);
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    pub(crate) fn level() -> Option<Level> {
+        match FORCED.load(Ordering::Relaxed) {
+            1 => Some(Level::Baseline),
+            2 => Some(Level::Avx2),
+            3 => Some(Level::Avx512),
+            _ => None,
+        }
+    }
+
+    /// Runs `work` with every kernel loop at `level`.
+    pub(crate) fn at<R>(level: Level, work: impl FnOnce() -> R) -> R {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let code = match level {
+            Level::Baseline => 1,
+            Level::Avx2 => 2,
+            Level::Avx512 => 3,
+        };
+        FORCED.store(code, Ordering::Relaxed);
+        let result = work();
+        FORCED.store(0, Ordering::Relaxed);
+        result
+    }
+
+    /// The levels this CPU supports, narrowest first.
+    pub(crate) fn supported() -> Vec<Level> {
+        [Level::Baseline, Level::Avx2, Level::Avx512]
+            .into_iter()
+            .filter(|l| l.supported())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::math::exp;
+
+    #[test]
+    fn every_supported_level_computes_the_same_bits() {
+        // An element-wise loop with `exp`, and a fixed-lane reduction, as the kernels write them.
+        let xs: Vec<f32> = (0..4099).map(|i| (i % 211) as f32 * 0.173 - 18.0).collect();
+        let run = |level| {
+            at(level, || {
+                let ys: Vec<f32> = xs.iter().map(|&x| x * 0.5 / (1.0 + exp(-x))).collect();
+                let mut lanes = [0.0f32; 8];
+                for chunk in ys.chunks_exact(8) {
+                    for l in 0..8 {
+                        lanes[l] += chunk[l] * chunk[l];
+                    }
+                }
+                let bits: Vec<u32> = ys.iter().map(|y| y.to_bits()).collect();
+                (bits, lanes.map(f32::to_bits))
+            })
+        };
+        let baseline = run(Level::Baseline);
+        for level in [Level::Avx2, Level::Avx512] {
+            if level.supported() {
+                assert!(
+                    run(level) == baseline,
+                    "{level:?} differs from the baseline"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_detected_level_is_supported() {
+        assert!(Level::detected().supported());
+        assert!(Level::Baseline.supported());
+    }
+}
