@@ -387,7 +387,8 @@ fn query_tasks<'r, 'o>(
 
 /// Lanes of the fixed-order reductions below: written as independent partial results they
 /// vectorize (a plain float fold cannot be reordered, so it would not), and their order
-/// depends on nothing but the length.
+/// depends on nothing but the length, not on the vector width. The helpers below are always
+/// inlined, for the same reason as the tasks that call them.
 const LANES: usize = 8;
 
 #[inline(always)]
@@ -506,6 +507,8 @@ fn forward_blocked(
 /// Forward for positions `i0..` of the query heads of kv head `g`, batch row `b` (`out` holds
 /// `group · n` rows, head after head): an online softmax over the key tiles from `lo(b)` to the
 /// last key the block's last position sees.
+///
+/// Always inlined, so that each of [`vectorized`]'s versions compiles it for its vector width.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn forward_task(
@@ -721,6 +724,8 @@ impl Ctx<'_> {
 
 /// `dk`, `dv` for keys `j0..j0 + dk.len()` of kv head `g`, batch row `b`: the sum over every
 /// query head of the group and every query block that sees one of these keys.
+///
+/// Always inlined, so that each of [`vectorized`]'s versions compiles it for its vector width.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn key_grads_task(
@@ -818,6 +823,8 @@ fn key_grads_task(
 
 /// `dq` for positions `i0..` of the query heads of kv head `g`, batch row `b`, over the same
 /// key tiles as the forward pass.
+///
+/// Always inlined, so that each of [`vectorized`]'s versions compiles it for its vector width.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn query_grads_task(
