@@ -21,7 +21,7 @@
 /// The vector instructions a version of the work is compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
-    /// x86-64 with AVX-512 (F, VL, BW, DQ).
+    /// x86-64 with AVX-512 (F, VL, BW, DQ), AVX2 and FMA.
     Avx512,
     /// x86-64 with AVX2 and FMA.
     Avx2,
@@ -40,6 +40,9 @@ impl std::fmt::Display for Level {
 }
 
 impl Level {
+    /// Every level, narrowest first.
+    pub const ALL: [Level; 3] = [Level::Baseline, Level::Avx2, Level::Avx512];
+
     /// The widest level this CPU supports (detected once).
     pub fn detected() -> Level {
         static DETECTED: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
@@ -47,14 +50,19 @@ impl Level {
             #[cfg(target_arch = "x86_64")]
             {
                 use std::arch::is_x86_feature_detected as has;
-                if has!("avx512f") && has!("avx512vl") && has!("avx512bw") && has!("avx512dq") {
-                    return Level::Avx512;
-                }
-                if has!("avx2") && has!("fma") {
-                    return Level::Avx2;
+                // Each level's check covers every feature its functions enable.
+                let avx512 =
+                    has!("avx512f") && has!("avx512vl") && has!("avx512bw") && has!("avx512dq");
+                match (has!("avx2") && has!("fma"), avx512) {
+                    (false, _) => Level::Baseline,
+                    (true, false) => Level::Avx2,
+                    (true, true) => Level::Avx512,
                 }
             }
-            Level::Baseline
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                Level::Baseline
+            }
         })
     }
 
@@ -77,7 +85,8 @@ pub fn vectorized<R>(work: impl FnOnce() -> R) -> R {
     if let Some(level) = forced::level() {
         return at(level, work);
     }
-    at(Level::detected(), work)
+    // The detected level is supported: no check on this path (it runs once per row or block).
+    dispatch(Level::detected(), work)
 }
 
 /// Runs `work` compiled for `level`, which the CPU must support (the tests compare levels).
@@ -88,8 +97,14 @@ pub fn vectorized<R>(work: impl FnOnce() -> R) -> R {
 #[inline(always)]
 pub fn at<R>(level: Level, work: impl FnOnce() -> R) -> R {
     assert!(level.supported(), "this CPU does not support {level:?}");
+    dispatch(level, work)
+}
+
+/// Runs `work` compiled for `level`, which the caller has checked the CPU supports.
+#[inline(always)]
+fn dispatch<R>(level: Level, work: impl FnOnce() -> R) -> R {
     match level {
-        // SAFETY: `supported` checked that the CPU has these target features.
+        // SAFETY: the callers checked `level.supported()`: the CPU has these target features.
         #[cfg(target_arch = "x86_64")]
         Level::Avx512 => unsafe { avx512(work) },
         // SAFETY: as above.
@@ -123,24 +138,17 @@ pub(crate) mod forced {
     static FORCED: AtomicU8 = AtomicU8::new(0);
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+    /// The forced level, stored as its index in [`Level::ALL`] plus one (0: none).
     pub(crate) fn level() -> Option<Level> {
-        match FORCED.load(Ordering::Relaxed) {
-            1 => Some(Level::Baseline),
-            2 => Some(Level::Avx2),
-            3 => Some(Level::Avx512),
-            _ => None,
-        }
+        let code = FORCED.load(Ordering::Relaxed) as usize;
+        code.checked_sub(1).map(|i| Level::ALL[i])
     }
 
     /// Runs `work` with every kernel loop at `level`.
     pub(crate) fn at<R>(level: Level, work: impl FnOnce() -> R) -> R {
         let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let code = match level {
-            Level::Baseline => 1,
-            Level::Avx2 => 2,
-            Level::Avx512 => 3,
-        };
-        FORCED.store(code, Ordering::Relaxed);
+        let index = Level::ALL.iter().position(|&l| l == level);
+        FORCED.store(index.map_or(0, |i| i as u8 + 1), Ordering::Relaxed);
         let result = work();
         FORCED.store(0, Ordering::Relaxed);
         result
@@ -148,10 +156,7 @@ pub(crate) mod forced {
 
     /// The levels this CPU supports, narrowest first.
     pub(crate) fn supported() -> Vec<Level> {
-        [Level::Baseline, Level::Avx2, Level::Avx512]
-            .into_iter()
-            .filter(|l| l.supported())
-            .collect()
+        Level::ALL.into_iter().filter(|l| l.supported()).collect()
     }
 }
 
@@ -178,13 +183,11 @@ mod tests {
             })
         };
         let baseline = run(Level::Baseline);
-        for level in [Level::Avx2, Level::Avx512] {
-            if level.supported() {
-                assert!(
-                    run(level) == baseline,
-                    "{level:?} differs from the baseline"
-                );
-            }
+        for level in forced::supported() {
+            assert!(
+                run(level) == baseline,
+                "{level:?} differs from the baseline"
+            );
         }
     }
 

@@ -51,16 +51,9 @@ const ALIGN: usize = 16;
 /// keeps the small products of a training step's backward pass on `gemm`.)
 const MIN_READ: usize = 1 << 16;
 
-/// Whether this CPU runs the streamed kernels.
+/// Whether this CPU runs the streamed kernels (AVX2 and FMA).
 fn supported() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::simd::Level::Avx2.supported()
 }
 
 /// How the right-hand side is laid out in memory.
