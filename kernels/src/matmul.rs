@@ -238,11 +238,12 @@ const BLOCK_ALIGN: usize = 16;
 
 /// How [`Threads::Pool`] cuts a destination. A block must sum each element in the same order
 /// as the whole product: gemm sums over `k` in chunks sized from `k` alone, except on its
-/// route for tiny products (both sides at most 64, or at most 256 elements), whose chunks
-/// differ. So every block keeps more than 64 rows or columns on the side that is cut, which
-/// keeps it off that route as the whole product is. (Matrix-vector products, one row or one
-/// column, take gemm's vector route whole and cut alike, and sum in `k` order on it; the
-/// tests cover both.)
+/// routes for small products (both sides at most 64, or at most 256 elements), whose chunks
+/// differ. So a block either keeps more than 64 rows or columns on the side that is cut, or
+/// keeps the uncut side's more than 64 and at least [`BLOCK_ALIGN`] on the cut one (a
+/// `128 × 128` weight gradient splits in two blocks of 64 rows); either keeps it off those
+/// routes as the whole product is. (Matrix-vector products, one row or one column, take
+/// gemm's vector route whole and cut alike, and sum in `k` order on it; the tests cover both.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Split {
     /// One product.
@@ -260,13 +261,14 @@ impl Split {
         if threads < 2 || k <= 2 || (work < PARALLEL_WORK && read < PARALLEL_READ) {
             return Split::Whole;
         }
-        let block = |extent: usize| {
+        let block = |extent: usize, other: usize| {
             let size = extent.div_ceil(threads).next_multiple_of(BLOCK_ALIGN);
             let last = extent - (extent - 1) / size * size;
-            (size < extent && last > 64).then_some(size)
+            let off_small_routes = last > 64 || (other > 64 && last >= BLOCK_ALIGN);
+            (size < extent && off_small_routes).then_some(size)
         };
-        let rows = block(m).map(Split::Rows);
-        let cols = block(n).map(Split::Cols);
+        let rows = block(m, n).map(Split::Rows);
+        let cols = block(n, m).map(Split::Cols);
         let first = if m >= n { rows.or(cols) } else { cols.or(rows) };
         first.unwrap_or(Split::Whole)
     }
@@ -538,10 +540,18 @@ mod tests {
     fn products_are_bit_identical_for_any_thread_count() {
         let shapes = [
             (4096, 128, 128),
+            (128, 4096, 128),
+            (128, 4096, 64),
+            (136, 700, 128),
+            (96, 3000, 130),
+            (97, 4096, 70),
+            (128, 4096, 40),
+            (200, 3000, 64),
             (128, 4096, 512),
             (512, 4096, 128),
             (130, 700, 129),
             (200, 300, 65),
+            (200, 3000, 65),
             (65, 400, 300),
             (16, 576, 2000),
             (2000, 576, 16),
@@ -609,8 +619,19 @@ mod tests {
         assert_eq!(Split::plan(128, 512, 4096, 2), Split::Cols(256));
         assert_eq!(Split::plan(16, 49152, 576, 3), Split::Cols(16384));
         assert_eq!(Split::plan(2000, 16, 576, 2), Split::Rows(1008));
-        // 200 rows in blocks of 80 would leave 40; 65 columns cannot be cut at all.
-        assert_eq!(Split::plan(200, 65, 300, 3), Split::Whole);
+        // A weight gradient of the small model: 64 rows by 128 columns is no small product.
+        assert_eq!(Split::plan(128, 128, 4096, 2), Split::Rows(64));
+        assert_eq!(Split::plan(200, 65, 3000, 3), Split::Rows(80));
+        // 64 columns: blocks of 64 rows would be small products, blocks of 32 columns by 128
+        // or 200 rows are not.
+        assert_eq!(Split::plan(128, 64, 4096, 2), Split::Cols(32));
+        assert_eq!(Split::plan(200, 64, 3000, 3), Split::Cols(32));
+        // 40 columns: 64-row blocks would be small products, 32-column blocks leave one of 8.
+        assert_eq!(Split::plan(128, 40, 4096, 2), Split::Whole);
+        // Blocks of 48 rows would leave one, of 32 columns six: either could take a
+        // small-product route.
+        assert_eq!(Split::plan(136, 128, 4096, 2), Split::Rows(80));
+        assert_eq!(Split::plan(97, 70, 4096, 3), Split::Whole);
         assert_eq!(Split::plan(4096, 128, 128, 1), Split::Whole);
         assert_eq!(Split::plan(64, 64, 64, 2), Split::Whole);
         // A decode step: little arithmetic, a large weight to read.
