@@ -1,6 +1,7 @@
 //! flex's fused kernels: `agentry_kernels` on the tensors' f32 storage.
 
 use agentry_kernels::matmul::{self, MatMut, MatRef, Threads};
+use agentry_kernels::memory::zeroed;
 use agentry_kernels::{attention as attn, logits, norm};
 use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;
@@ -139,7 +140,7 @@ impl Fused<Flex> for FlexKernels {
     ) -> (FlexTensor, FlexTensor) {
         let (q, k, v) = (dense(q), dense(k), dense(v));
         let shape = attention_shape(&q, &k, mask);
-        let mut out = vec![0.0; values(&q).len()];
+        let mut out = zeroed(values(&q).len());
         let mut lse = vec![0.0; shape.batch * shape.heads * shape.q_len];
         attn::forward(
             shape,
@@ -176,9 +177,9 @@ impl Fused<Flex> for FlexKernels {
             dense(d_out),
         );
         let shape = attention_shape(&q, &k, mask);
-        let mut dq = vec![0.0; values(&q).len()];
-        let mut dk = vec![0.0; values(&k).len()];
-        let mut dv = vec![0.0; values(&v).len()];
+        let mut dq = zeroed(values(&q).len());
+        let mut dk = zeroed(values(&k).len());
+        let mut dv = zeroed(values(&v).len());
         attn::backward(
             shape,
             kernel_mask(mask),
@@ -210,7 +211,7 @@ impl Fused<Flex> for FlexKernels {
         let shape = dims(&x);
         let width = shape.last().copied().unwrap_or(1);
         let rows = values(&x).len() / width.max(1);
-        let mut y = vec![0.0; values(&x).len()];
+        let mut y = zeroed(values(&x).len());
         let mut inv_rms = vec![0.0; rows];
         norm::rms_norm_forward(values(&x), values(&gamma), eps as f32, &mut y, &mut inv_rms);
         (new_tensor(y, shape), new_tensor(inv_rms, vec![rows]))
@@ -224,7 +225,7 @@ impl Fused<Flex> for FlexKernels {
         dy: FlexTensor,
     ) -> [FlexTensor; 2] {
         let (x, gamma, inv_rms, dy) = (dense(x), dense(gamma), dense(inv_rms), dense(dy));
-        let mut dx = vec![0.0; values(&x).len()];
+        let mut dx = zeroed(values(&x).len());
         let mut d_gamma = vec![0.0; values(&gamma).len()];
         norm::rms_norm_backward(
             values(&x),
@@ -239,7 +240,7 @@ impl Fused<Flex> for FlexKernels {
 
     fn swiglu_forward(&self, gate: FlexTensor, up: FlexTensor) -> FlexTensor {
         let (gate, up) = (dense(gate), dense(up));
-        let mut out = vec![0.0; values(&gate).len()];
+        let mut out = zeroed(values(&gate).len());
         norm::swiglu_forward(values(&gate), values(&up), &mut out);
         new_tensor(out, dims(&gate))
     }
@@ -251,8 +252,8 @@ impl Fused<Flex> for FlexKernels {
         d_out: FlexTensor,
     ) -> [FlexTensor; 2] {
         let (gate, up, d_out) = (dense(gate), dense(up), dense(d_out));
-        let mut d_gate = vec![0.0; values(&gate).len()];
-        let mut d_up = vec![0.0; values(&up).len()];
+        let mut d_gate = zeroed(values(&gate).len());
+        let mut d_up = zeroed(values(&up).len());
         norm::swiglu_backward(
             values(&gate),
             values(&up),
@@ -323,8 +324,8 @@ impl Fused<Flex> for FlexKernels {
         let [n, d] = [dims(&hidden)[0], dims(&hidden)[1]];
         let w_shape = dims(&weight);
         let (d_logprob, d_entropy) = values(&d_out).split_at(n);
-        let mut d_hidden = vec![0.0; n * d];
-        let mut d_weight = vec![0.0; w_shape[0] * w_shape[1]];
+        let mut d_hidden = zeroed(n * d);
+        let mut d_weight = zeroed(w_shape[0] * w_shape[1]);
         let d_weight_view = match layout {
             HeadWeight::Embedding => MatMut::row_major(&mut d_weight, w_shape[0], w_shape[1]),
             HeadWeight::Linear => MatMut::row_major(&mut d_weight, w_shape[0], w_shape[1]).t(),
