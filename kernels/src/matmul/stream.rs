@@ -14,14 +14,18 @@
 //!   left-hand rows with `E`'s rows.
 //!
 //! Only for weights of at least 256 KiB, and only with AVX2 and FMA (detected at run time; the
-//! crate is compiled for the baseline x86-64); elsewhere the product goes to `gemm`. The sums
-//! run in a different order than `gemm`'s, so a decode step's logits may differ from a full
-//! forward pass's in the last bits (as they do between any two BLAS libraries); they do not
-//! depend on the thread count: a row-major weight is cut into slabs of rows whose partial sums
-//! are added in slab order, a transposed one into blocks of output columns (each written in
-//! place, by one thread), and each partial sum is computed by one thread in a fixed order.
+//! crate is compiled for the baseline x86-64); elsewhere the product goes to `gemm`. Where the
+//! CPU has AVX-512, the row-by-row form runs in its sixteen-lane vectors and the dot products
+//! in its 32 registers (six columns at a time instead of two); either gives the same bits as in
+//! AVX2, since every lane sums its elements in `k` order whatever the width. The sums run in a
+//! different order than `gemm`'s, so a decode step's logits may differ from a full forward
+//! pass's in the last bits (as they do between any two BLAS libraries); they do not depend on
+//! the thread count: a row-major weight is cut into slabs of rows whose partial sums are added
+//! in slab order, a transposed one into blocks of output columns (each written in place, by
+//! one thread), and each partial sum is computed by one thread in a fixed order.
 
 use super::MatRef;
+use crate::simd::Level;
 
 /// Most left-hand rows a streamed product takes. Above it the arithmetic, not the reading,
 /// bounds the product and `gemm`'s register-blocked micro-kernels are faster (measured: 16
@@ -38,6 +42,12 @@ const MIN_COLS: usize = 512;
 /// columns is at most this many over the number of rows wide.
 const ACCUMULATORS: usize = 8192;
 
+/// Rows of `rhs` summed into the accumulators in one pass over them. Each pass loads and
+/// stores every accumulator once, so deeper passes move less through L1: eight read a
+/// `576 × 1536` weight from memory at 17–20 GB/s on two threads where four read at 15 (and
+/// sixteen, sixteen streams at once, at 16).
+const DEPTH: usize = 8;
+
 /// Rows of a row-major right-hand side summed as one slab: 64 rows of a `576 × 1536` weight
 /// are 384 KiB read front to back, and its 9 slabs keep two threads within a slab of each
 /// other.
@@ -53,7 +63,7 @@ const MIN_READ: usize = 1 << 16;
 
 /// Whether this CPU runs the streamed kernels (AVX2 and FMA).
 fn supported() -> bool {
-    crate::simd::Level::Avx2.supported()
+    Level::Avx2.supported()
 }
 
 /// How the right-hand side is laid out in memory.
@@ -82,10 +92,17 @@ fn form(rhs: &MatRef<'_>) -> Option<Form> {
 /// while the row-major form's slabs are fixed by `k` alone and run on the pool whenever
 /// `threads` is above one. Either way the sums, and so the bits, do not depend on it.
 pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Option<Vec<f32>> {
+    product_at(Level::detected(), lhs, rhs, threads)
+}
+
+/// [`product`] with the row-by-row form compiled for `level` (AVX-512, or AVX2 for any other
+/// level), which the CPU must support.
+fn product_at(level: Level, lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Option<Vec<f32>> {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     if m == 0 || m > MAX_ROWS || k == 0 || n == 0 || !supported() {
         return None;
     }
+    let wide = level == Level::Avx512 && level.supported();
     let form = form(&rhs)?;
     if k * n < MIN_READ || (form == Form::Rows && n < MIN_COLS) {
         return None;
@@ -101,14 +118,26 @@ pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Optio
             // summed separately, then added in slab order: the slabs, not the threads, fix
             // the order of the sums.
             let slab = |s: usize| {
-                let mut part = vec![0.0; m * n];
                 let inner = s * SLAB..k.min((s + 1) * SLAB);
-                // SAFETY: `supported()` checked that this CPU has AVX2 and FMA, the only
-                // requirement of the `target_feature` function.
+                // Not zero-filled first: `rows` writes every element (a `memset` of each slab's
+                // part was 6% of a decode step's samples).
+                let mut part = Vec::with_capacity(m * n);
                 #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    rows_avx2(&x, m, k, rhs, inner, &mut part)
-                };
+                {
+                    let spare = &mut part.spare_capacity_mut()[..m * n];
+                    if wide {
+                        // SAFETY: `wide` checked that this CPU has AVX-512 (with AVX2 and FMA),
+                        // what the `target_feature` function enables.
+                        unsafe { rows_avx512(&x, m, k, rhs, inner, spare) }
+                    } else {
+                        // SAFETY: `supported()` checked that this CPU has AVX2 and FMA, the
+                        // only requirement of the `target_feature` function.
+                        unsafe { rows_avx2(&x, m, k, rhs, inner, spare) }
+                    }
+                    // SAFETY: `rows` wrote all `m * n` elements: every row of the output, tile
+                    // after tile of columns until the last column.
+                    unsafe { part.set_len(m * n) };
+                }
                 part
             };
             let slabs = k.div_ceil(SLAB);
@@ -139,11 +168,14 @@ pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Optio
                 }
             }
             let run = |(b, mut rows): (usize, Vec<&mut [f32]>)| {
-                // SAFETY: as above.
                 #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    dots_avx2(&x, k, rhs, b * block, &mut rows)
-                };
+                if wide {
+                    // SAFETY: as above, with AVX-512F and VL.
+                    unsafe { dots_avx512(&x, k, rhs, b * block, &mut rows) }
+                } else {
+                    // SAFETY: as above.
+                    unsafe { dots_avx2(&x, k, rhs, b * block, &mut rows) }
+                }
             };
             if blocks.len() == 1 {
                 blocks.into_iter().enumerate().for_each(run);
@@ -156,48 +188,100 @@ pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Optio
     Some(out)
 }
 
-/// Lanes of one AVX register.
+/// Lanes of one AVX register (the dot products' width).
 const LANES: usize = 8;
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m256, _mm_add_ps, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_castps256_ps128,
-    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps,
-    _mm256_storeu_ps,
+    __m256, __m512, _mm_add_ps, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps,
+    _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
+    _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
+    _mm512_set1_ps, _mm512_storeu_ps,
 };
 
-/// Eight lanes from `data[at..at + 8]`.
+/// One vector register of f32 lanes, as the row-by-row kernel uses it: written once
+/// ([`rows`]) and compiled for each width.
+///
+/// # Safety
+///
+/// The methods run the width's instructions: call them only inside a function whose
+/// `target_feature`s include them (into which they are inlined).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn load(data: &[f32], at: usize) -> __m256 {
-    let lanes: &[f32; LANES] = data[at..at + LANES].try_into().expect("eight lanes");
-    // SAFETY: `lanes` is eight readable f32s; the load has no alignment requirement.
-    unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
+unsafe trait Vector: Copy {
+    /// Lanes in the register.
+    const LANES: usize;
+    /// The lanes `data[at..at + LANES]`.
+    unsafe fn load(data: &[f32], at: usize) -> Self;
+    /// Stores the lanes into `data[at..at + LANES]`.
+    unsafe fn store(self, data: &mut [f32], at: usize);
+    /// `a · w + self` in every lane, one rounding.
+    unsafe fn mul_add(self, a: f32, w: Self) -> Self;
 }
 
-/// Stores eight lanes into `data[at..at + 8]`.
+// SAFETY: AVX2 and FMA instructions only.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn store(data: &mut [f32], at: usize, v: __m256) {
-    let lanes: &mut [f32; LANES] = (&mut data[at..at + LANES]).try_into().expect("eight lanes");
-    // SAFETY: `lanes` is eight writable f32s; the store has no alignment requirement.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) }
+unsafe impl Vector for __m256 {
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn load(data: &[f32], at: usize) -> Self {
+        let lanes: &[f32; 8] = data[at..at + 8].try_into().expect("eight lanes");
+        // SAFETY: eight readable f32s, no alignment requirement; AVX by the trait's contract.
+        unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, data: &mut [f32], at: usize) {
+        let lanes: &mut [f32; 8] = (&mut data[at..at + 8]).try_into().expect("eight lanes");
+        // SAFETY: eight writable f32s, no alignment requirement; AVX by the trait's contract.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), self) }
+    }
+    #[inline(always)]
+    unsafe fn mul_add(self, a: f32, w: Self) -> Self {
+        // SAFETY: AVX and FMA by the trait's contract.
+        unsafe { _mm256_fmadd_ps(_mm256_set1_ps(a), w, self) }
+    }
+}
+
+// SAFETY: AVX-512F instructions only.
+#[cfg(target_arch = "x86_64")]
+unsafe impl Vector for __m512 {
+    const LANES: usize = 16;
+    #[inline(always)]
+    unsafe fn load(data: &[f32], at: usize) -> Self {
+        let lanes: &[f32; 16] = data[at..at + 16].try_into().expect("sixteen lanes");
+        // SAFETY: sixteen readable f32s, no alignment requirement; AVX-512F by the contract.
+        unsafe { _mm512_loadu_ps(lanes.as_ptr()) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, data: &mut [f32], at: usize) {
+        let lanes: &mut [f32; 16] = (&mut data[at..at + 16]).try_into().expect("sixteen lanes");
+        // SAFETY: sixteen writable f32s, no alignment requirement; AVX-512F by the contract.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), self) }
+    }
+    #[inline(always)]
+    unsafe fn mul_add(self, a: f32, w: Self) -> Self {
+        // SAFETY: AVX-512F by the trait's contract.
+        unsafe { _mm512_fmadd_ps(_mm512_set1_ps(a), w, self) }
+    }
 }
 
 /// The sum of the eight lanes (pairwise).
+///
+/// # Safety
+///
+/// The caller's `target_feature`s must include AVX.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn sum(v: __m256) -> f32 {
-    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-    _mm_cvtss_f32(_mm_add_ps(pair, _mm_shuffle_ps::<1>(pair, pair)))
+#[inline(always)]
+unsafe fn sum(v: __m256) -> f32 {
+    // SAFETY: AVX by the function's contract; the rest is SSE, in the baseline.
+    unsafe {
+        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+        _mm_cvtss_f32(_mm_add_ps(pair, _mm_shuffle_ps::<1>(pair, pair)))
+    }
 }
 
 /// The sum over `c` in `inner` of `x[:, c] · rhs[c, :]` for a row-major `rhs` (`k × n`, row
-/// stride `rhs.row_stride`), into `out` (`m × n`): tile by tile of columns, `rhs`'s rows are
-/// read in order and added, scaled by `x`'s column, into every output row's accumulators
-/// (which stay in L1). Four rows of `rhs` go into each pass over the accumulators, fused
-/// multiply-adds in `c` order.
+/// stride `rhs.row_stride`), into `out` (`m × n`, every element written), in AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn rows_avx2(
@@ -206,47 +290,83 @@ fn rows_avx2(
     k: usize,
     rhs: MatRef<'_>,
     inner: std::ops::Range<usize>,
-    out: &mut [f32],
+    out: &mut [std::mem::MaybeUninit<f32>],
+) {
+    // SAFETY: this function enables AVX2 and FMA, all `__m256`'s methods use.
+    unsafe { rows::<__m256>(x, m, k, rhs, inner, out) }
+}
+
+/// [`rows_avx2`] in AVX-512: sixteen lanes, the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn rows_avx512(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    rhs: MatRef<'_>,
+    inner: std::ops::Range<usize>,
+    out: &mut [std::mem::MaybeUninit<f32>],
+) {
+    // SAFETY: this function enables AVX-512F, all `__m512`'s methods use.
+    unsafe { rows::<__m512>(x, m, k, rhs, inner, out) }
+}
+
+/// The row-by-row form in vectors `V`: tile by tile of columns, `rhs`'s rows are read in order
+/// and added, scaled by `x`'s column, into every output row's accumulators (which stay in L1).
+/// [`DEPTH`] rows of `rhs` go into each pass over the accumulators, fused multiply-adds in `c`
+/// order, so each lane sums its output element alike at any width and depth.
+///
+/// # Safety
+///
+/// The caller's `target_feature`s must include `V`'s instructions.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn rows<V: Vector>(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    rhs: MatRef<'_>,
+    inner: std::ops::Range<usize>,
+    out: &mut [std::mem::MaybeUninit<f32>],
 ) {
     let data = rhs.data;
     let stride = rhs.row_stride;
     let n = rhs.cols;
+    let lanes = V::LANES;
     let mut acc = [0.0f32; ACCUMULATORS];
     // Tiles of equal width (whole vectors but the last), as few as fit the accumulators, so
     // each row of `rhs` is read in runs as long as possible.
-    let widest = (ACCUMULATORS / m) / LANES * LANES;
-    let tile = n.div_ceil(n.div_ceil(widest)).next_multiple_of(LANES);
+    let widest = (ACCUMULATORS / m) / lanes * lanes;
+    let tile = n.div_ceil(n.div_ceil(widest)).next_multiple_of(lanes);
     let mut j = 0;
     while j < n {
         let width = tile.min(n - j);
-        let vectors = width - width % LANES;
+        let vectors = width - width % lanes;
         let acc = &mut acc[..m * width];
         acc.fill(0.0);
         let mut c = inner.start;
         while c < inner.end {
-            let depth = 4.min(inner.end - c);
+            let depth = DEPTH.min(inner.end - c);
             let row = |t: usize| (c + t.min(depth - 1)) * stride + j;
-            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+            let rows: [usize; DEPTH] = std::array::from_fn(row);
             let mut v = 0;
             while v < vectors {
-                let w0 = load(data, r0 + v);
-                let (w1, w2, w3) = (load(data, r1 + v), load(data, r2 + v), load(data, r3 + v));
+                // SAFETY (every vector operation below): `V`'s instructions are enabled, by
+                // this function's contract.
+                let w: [V; DEPTH] = std::array::from_fn(|t| unsafe { V::load(data, rows[t] + v) });
                 for i in 0..m {
                     let a = &x[i * k + c..i * k + c + depth];
                     let at = i * width + v;
-                    let mut s = _mm256_fmadd_ps(_mm256_set1_ps(a[0]), w0, load(acc, at));
-                    if depth == 4 {
-                        s = _mm256_fmadd_ps(_mm256_set1_ps(a[1]), w1, s);
-                        s = _mm256_fmadd_ps(_mm256_set1_ps(a[2]), w2, s);
-                        s = _mm256_fmadd_ps(_mm256_set1_ps(a[3]), w3, s);
-                    } else {
-                        for (t, w) in [w1, w2].into_iter().enumerate().take(depth - 1) {
-                            s = _mm256_fmadd_ps(_mm256_set1_ps(a[t + 1]), w, s);
+                    // SAFETY: as above.
+                    unsafe {
+                        let mut s = V::load(acc, at);
+                        for (&a, &w) in a.iter().zip(&w) {
+                            s = s.mul_add(a, w);
                         }
+                        s.store(acc, at);
                     }
-                    store(acc, at, s);
                 }
-                v += LANES;
+                v += lanes;
             }
             // The columns past the last full vector.
             for t in 0..depth {
@@ -261,7 +381,9 @@ fn rows_avx2(
             c += depth;
         }
         for (i, acc) in acc.chunks_exact(width).enumerate() {
-            out[i * n + j..i * n + j + width].copy_from_slice(acc);
+            for (o, &a) in out[i * n + j..i * n + j + width].iter_mut().zip(acc) {
+                o.write(a);
+            }
         }
         j += width;
     }
@@ -269,39 +391,71 @@ fn rows_avx2(
 
 /// Columns `start..start + len` of `x · rhs` for a transposed row-major `rhs` (column `j` is
 /// contiguous at `rhs.col_stride * j`), into `out`: one slice per row of `x` (`m` of them),
-/// each `len` columns long, pieces of the whole product's rows. Dot products of `x`'s rows
-/// with two columns at a time, eight lanes each, four rows at a time (eight independent
-/// accumulators, enough to cover the fused multiply-add's latency).
+/// each `len` columns long, pieces of the whole product's rows. In AVX2: two columns at a time
+/// (eight accumulators in sixteen registers).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn dots_avx2(x: &[f32], k: usize, rhs: MatRef<'_>, start: usize, out: &mut [&mut [f32]]) {
+    // SAFETY: this function enables AVX2 and FMA, all `dots` runs.
+    unsafe { dots::<2>(x, k, rhs, start, out) }
+}
+
+/// [`dots_avx2`] with AVX-512's 32 registers: six columns at a time (24 accumulators), in the
+/// same eight-lane vectors and so the same bits (each column's sums are alike whatever the
+/// columns beside it). Reads the tied head about 1.3 times as fast (measured: 14 → 18 GB/s).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+fn dots_avx512(x: &[f32], k: usize, rhs: MatRef<'_>, start: usize, out: &mut [&mut [f32]]) {
+    // SAFETY: this function enables AVX2 and FMA, all `dots` runs.
+    unsafe { dots::<6>(x, k, rhs, start, out) }
+}
+
+/// Dot products of `x`'s rows with `COLS` columns at a time, eight lanes each, four rows at a
+/// time (`4 · COLS` independent accumulators, enough to cover the fused multiply-add's
+/// latency); each lane sums its elements in `k` order, and the lanes are added pairwise.
+///
+/// # Safety
+///
+/// The caller's `target_feature`s must include AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dots<const COLS: usize>(
+    x: &[f32],
+    k: usize,
+    rhs: MatRef<'_>,
+    start: usize,
+    out: &mut [&mut [f32]],
+) {
     let data = rhs.data;
     let (m, len) = (out.len(), out.first().map_or(0, |row| row.len()));
     let column = |j: usize| (start + j) * rhs.col_stride;
     let body = k - k % LANES;
     let mut j = 0;
     while j < len {
-        let pair = 2.min(len - j);
-        let cols = [column(j), column(j + pair - 1)];
+        let width = COLS.min(len - j);
+        let cols: [usize; COLS] = std::array::from_fn(|p| column(j + p.min(width - 1)));
         let mut i = 0;
         while i < m {
             let group = 4.min(m - i);
-            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            // SAFETY (every vector operation below): AVX2 and FMA are enabled, by this
+            // function's contract.
+            let mut acc = [[unsafe { _mm256_setzero_ps() }; COLS]; 4];
             let mut c = 0;
             while c < body {
-                let e0 = load(data, cols[0] + c);
-                let e1 = load(data, cols[1] + c);
+                let e: [__m256; COLS] =
+                    std::array::from_fn(|p| unsafe { <__m256 as Vector>::load(data, cols[p] + c) });
                 for (r, acc) in acc.iter_mut().enumerate().take(group) {
-                    let xr = load(x, (i + r) * k + c);
-                    acc[0] = _mm256_fmadd_ps(xr, e0, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(xr, e1, acc[1]);
+                    let xr = unsafe { <__m256 as Vector>::load(x, (i + r) * k + c) };
+                    for (acc, &e) in acc.iter_mut().zip(&e) {
+                        *acc = unsafe { _mm256_fmadd_ps(xr, e, *acc) };
+                    }
                 }
                 c += LANES;
             }
             for (r, acc) in acc.iter().enumerate().take(group) {
                 let row = &x[(i + r) * k..(i + r + 1) * k];
-                for (p, &lanes) in acc.iter().enumerate().take(pair) {
-                    let mut total = sum(lanes);
+                for (p, &lanes) in acc.iter().enumerate().take(width) {
+                    let mut total = unsafe { sum(lanes) };
                     let tail = &data[cols[p] + body..cols[p] + k];
                     for (&a, &e) in row[body..].iter().zip(tail) {
                         total = a.mul_add(e, total);
@@ -311,7 +465,7 @@ fn dots_avx2(x: &[f32], k: usize, rhs: MatRef<'_>, start: usize, out: &mut [&mut
             }
             i += group;
         }
-        j += pair;
+        j += width;
     }
 }
 
@@ -338,7 +492,7 @@ mod tests {
     /// Every shape edge of both forms: inner sizes around the four-row passes and the
     /// eight-lane dot products, column counts that leave a partial vector, a partial tile or
     /// an odd last block, row counts up to the limit, a transposed left-hand side; against a
-    /// sum in f64, and bit for bit across 1, 2 and 3 threads.
+    /// sum in f64, and bit for bit across 1, 2 and 3 threads and every vector width.
     #[test]
     fn streamed_products_match_the_naive_product_on_any_thread_count() {
         let mut rng = Rng(11);
@@ -364,20 +518,25 @@ mod tests {
                 let b = rng.vec(k * n, 1.0);
                 for (ta, tb) in LAYOUTS {
                     let (lhs, rhs) = (view(&a, m, k, ta), view(&b, k, n, tb));
-                    let runs: Vec<Option<Vec<f32>>> = pools
+                    let mut runs: Vec<Option<Vec<f32>>> = pools
                         .iter()
                         .map(|pool| pool.install(|| product(lhs, rhs, pool.current_num_threads())))
                         .collect();
+                    for level in [Level::Avx2, Level::Avx512] {
+                        if level.supported() {
+                            runs.push(product_at(level, lhs, rhs, 1));
+                        }
+                    }
                     let Some(one) = &runs[0] else {
                         assert!(!supported(), "{m}x{k}x{n} was not streamed");
                         continue;
                     };
-                    for (threads, many) in runs.iter().enumerate().skip(1) {
+                    for (run, many) in runs.iter().enumerate().skip(1) {
                         let many = many.as_ref().expect("streamed on every thread count");
                         assert!(
                             same_bits(one, many),
-                            "{m}x{k}x{n} (transposed {ta}, {tb}) differs on {} threads",
-                            threads + 1
+                            "{m}x{k}x{n} (transposed {ta}, {tb}) differs in run {run} \
+                             (2 and 3 threads, then AVX2 and AVX-512 as supported)"
                         );
                     }
                     for (o, e) in one.iter().zip(naive(lhs, rhs)) {
