@@ -95,8 +95,8 @@ pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Optio
     product_at(Level::detected(), lhs, rhs, threads)
 }
 
-/// [`product`] with the row-by-row form compiled for `level` (AVX-512, or AVX2 for any other
-/// level), which the CPU must support.
+/// [`product`] with both forms' kernels in AVX-512 when `level` is AVX-512 and the CPU has it,
+/// in AVX2 otherwise (the tests compare the two).
 fn product_at(level: Level, lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Option<Vec<f32>> {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     if m == 0 || m > MAX_ROWS || k == 0 || n == 0 || !supported() {
@@ -199,8 +199,8 @@ use std::arch::x86_64::{
     _mm512_set1_ps, _mm512_storeu_ps,
 };
 
-/// One vector register of f32 lanes, as the row-by-row kernel uses it: written once
-/// ([`rows`]) and compiled for each width.
+/// One vector register of f32 lanes, as the kernels use it: the row-by-row form is written
+/// once ([`rows`]) and compiled for each width.
 ///
 /// # Safety
 ///
