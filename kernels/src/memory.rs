@@ -80,10 +80,8 @@ fn set_thresholds(_users_tunables: &str) -> FreedMemory {
     FreedMemory::AllocatorDefault
 }
 
-/// Buffers of fewer floats are zero-filled on the calling thread.
-const PARALLEL_FILL: usize = 1 << 16;
-
-/// Floats each of rayon's tasks zero-fills (256 KiB).
+/// Floats each of rayon's tasks zero-fills (256 KiB); a buffer of fewer is filled on the
+/// calling thread.
 const FILL_CHUNK: usize = 1 << 16;
 
 /// A buffer of `len` zeros, filled on rayon's threads. The kernels allocate their outputs with
@@ -93,7 +91,7 @@ const FILL_CHUNK: usize = 1 << 16;
 pub fn zeroed(len: usize) -> Vec<f32> {
     use rayon::prelude::*;
     use std::mem::MaybeUninit;
-    if len < PARALLEL_FILL || rayon::current_num_threads() < 2 {
+    if len < FILL_CHUNK || rayon::current_num_threads() < 2 {
         return vec![0.0; len];
     }
     let mut out = Vec::with_capacity(len);
@@ -116,7 +114,7 @@ mod zeroed_tests {
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            for len in [0, 7, PARALLEL_FILL - 1, PARALLEL_FILL, 3 * FILL_CHUNK + 5] {
+            for len in [0, 7, FILL_CHUNK - 1, FILL_CHUNK, 3 * FILL_CHUNK + 5] {
                 // Dirty the allocator's free memory first, so a buffer that skipped a fill shows.
                 drop(vec![f32::NAN; len]);
                 let buffer = pool.install(|| zeroed(len));

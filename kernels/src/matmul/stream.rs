@@ -188,9 +188,6 @@ fn product_at(level: Level, lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) ->
     Some(out)
 }
 
-/// Lanes of one AVX register (the dot products' width).
-const LANES: usize = 8;
-
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
     __m256, __m512, _mm_add_ps, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps,
@@ -218,51 +215,56 @@ unsafe trait Vector: Copy {
     unsafe fn mul_add(self, a: f32, w: Self) -> Self;
 }
 
-// SAFETY: AVX2 and FMA instructions only.
-#[cfg(target_arch = "x86_64")]
-unsafe impl Vector for __m256 {
-    const LANES: usize = 8;
-    #[inline(always)]
-    unsafe fn load(data: &[f32], at: usize) -> Self {
-        let lanes: &[f32; 8] = data[at..at + 8].try_into().expect("eight lanes");
-        // SAFETY: eight readable f32s, no alignment requirement; AVX by the trait's contract.
-        unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
-    }
-    #[inline(always)]
-    unsafe fn store(self, data: &mut [f32], at: usize) {
-        let lanes: &mut [f32; 8] = (&mut data[at..at + 8]).try_into().expect("eight lanes");
-        // SAFETY: eight writable f32s, no alignment requirement; AVX by the trait's contract.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), self) }
-    }
-    #[inline(always)]
-    unsafe fn mul_add(self, a: f32, w: Self) -> Self {
-        // SAFETY: AVX and FMA by the trait's contract.
-        unsafe { _mm256_fmadd_ps(_mm256_set1_ps(a), w, self) }
-    }
+/// `Vector` for one register type, from its unaligned load and store, broadcast and fused
+/// multiply-add intrinsics (one body for every width).
+macro_rules! vector {
+    ($register:ty, $lanes:literal, $load:ident, $store:ident, $splat:ident, $fmadd:ident) => {
+        // SAFETY: the methods run only the given intrinsics, the register type's own.
+        #[cfg(target_arch = "x86_64")]
+        unsafe impl Vector for $register {
+            const LANES: usize = $lanes;
+            #[inline(always)]
+            unsafe fn load(data: &[f32], at: usize) -> Self {
+                let lanes: &[f32; $lanes] = data[at..at + $lanes].try_into().expect("a vector");
+                // SAFETY: `$lanes` readable f32s, no alignment requirement; the instructions
+                // by the trait's contract.
+                unsafe { $load(lanes.as_ptr()) }
+            }
+            #[inline(always)]
+            unsafe fn store(self, data: &mut [f32], at: usize) {
+                let lanes: &mut [f32; $lanes] =
+                    (&mut data[at..at + $lanes]).try_into().expect("a vector");
+                // SAFETY: `$lanes` writable f32s, no alignment requirement; the instructions
+                // by the trait's contract.
+                unsafe { $store(lanes.as_mut_ptr(), self) }
+            }
+            #[inline(always)]
+            unsafe fn mul_add(self, a: f32, w: Self) -> Self {
+                // SAFETY: the instructions by the trait's contract.
+                unsafe { $fmadd($splat(a), w, self) }
+            }
+        }
+    };
 }
 
-// SAFETY: AVX-512F instructions only.
-#[cfg(target_arch = "x86_64")]
-unsafe impl Vector for __m512 {
-    const LANES: usize = 16;
-    #[inline(always)]
-    unsafe fn load(data: &[f32], at: usize) -> Self {
-        let lanes: &[f32; 16] = data[at..at + 16].try_into().expect("sixteen lanes");
-        // SAFETY: sixteen readable f32s, no alignment requirement; AVX-512F by the contract.
-        unsafe { _mm512_loadu_ps(lanes.as_ptr()) }
-    }
-    #[inline(always)]
-    unsafe fn store(self, data: &mut [f32], at: usize) {
-        let lanes: &mut [f32; 16] = (&mut data[at..at + 16]).try_into().expect("sixteen lanes");
-        // SAFETY: sixteen writable f32s, no alignment requirement; AVX-512F by the contract.
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), self) }
-    }
-    #[inline(always)]
-    unsafe fn mul_add(self, a: f32, w: Self) -> Self {
-        // SAFETY: AVX-512F by the trait's contract.
-        unsafe { _mm512_fmadd_ps(_mm512_set1_ps(a), w, self) }
-    }
-}
+// AVX (and FMA for the multiply-add).
+vector!(
+    __m256,
+    8,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps
+);
+// AVX-512F.
+vector!(
+    __m512,
+    16,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps
+);
 
 /// The sum of the eight lanes (pairwise).
 ///
@@ -429,6 +431,8 @@ unsafe fn dots<const COLS: usize>(
     let data = rhs.data;
     let (m, len) = (out.len(), out.first().map_or(0, |row| row.len()));
     let column = |j: usize| (start + j) * rhs.col_stride;
+    // The dot products' width: eight lanes at every level (see `dots_avx512`).
+    const LANES: usize = <__m256 as Vector>::LANES;
     let body = k - k % LANES;
     let mut j = 0;
     while j < len {
