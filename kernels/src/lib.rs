@@ -10,6 +10,7 @@
 //! order threads finish (same seed, same run, on one core or sixteen).
 
 pub mod attention;
+pub mod blocks;
 pub mod logits;
 pub mod math;
 pub mod matmul;

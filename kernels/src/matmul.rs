@@ -215,7 +215,7 @@ pub enum Threads {
 
 impl Threads {
     /// How many threads the product may use.
-    fn count(self) -> usize {
+    pub(crate) fn count(self) -> usize {
         match self {
             Threads::One => 1,
             Threads::Pool => rayon::current_num_threads(),

@@ -15,6 +15,7 @@
 //! - Q6_K, 210 bytes per 256: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 signed
 //!   8-bit scales (one per 16 values), `d` last; `d * scale * (q - 32)`.
 
+use agentry_kernels::blocks::{BLOCK, BlockFormat, BlockMatrix};
 use burn::tensor::{bf16, f16};
 
 use super::file::GgmlType;
@@ -45,8 +46,8 @@ pub fn dequantize(ty: GgmlType, data: &[u8], n: usize) -> Result<Vec<f32>, Strin
         GgmlType::BF16 => blocks
             .for_each(|(b, y)| y[0] = bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).into()),
         GgmlType::Q4_0 => blocks.for_each(|(b, y)| q4_0(b, y)),
-        GgmlType::Q4_1 => blocks.for_each(|(b, y)| q4_1(b, y)),
-        GgmlType::Q8_0 => blocks.for_each(|(b, y)| q8_0(b, y)),
+        GgmlType::Q4_1 => return in_blocks(BlockFormat::Q4_1, data, n),
+        GgmlType::Q8_0 => return in_blocks(BlockFormat::Q8_0, data, n),
         GgmlType::Q4_K => blocks.for_each(|(b, y)| q4_k(b, y)),
         GgmlType::Q5_K => blocks.for_each(|(b, y)| q5_k(b, y)),
         GgmlType::Q6_K => blocks.for_each(|(b, y)| q6_k(b, y)),
@@ -78,20 +79,13 @@ fn q4_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
-fn q4_1(b: &[u8], y: &mut [f32]) {
-    let (d, m) = (half(b), half(&b[2..]));
-    let qs = &b[4..20];
-    for (j, &q) in qs.iter().enumerate() {
-        y[j] = (q & 0x0F) as f32 * d + m;
-        y[j + 16] = (q >> 4) as f32 * d + m;
+/// Q4_1 and Q8_0 through the kernels' [`BlockMatrix`], the one definition of their values
+/// (the same floats a product by the blocks multiplies by).
+fn in_blocks(format: BlockFormat, data: &[u8], n: usize) -> Result<Vec<f32>, String> {
+    if n == 0 {
+        return Ok(Vec::new());
     }
-}
-
-fn q8_0(b: &[u8], y: &mut [f32]) {
-    let d = half(b);
-    for (y, &q) in y.iter_mut().zip(&b[2..34]) {
-        *y = q as i8 as f32 * d;
-    }
+    BlockMatrix::from_ggml(format, n / BLOCK, BLOCK, data).map(|blocks| blocks.dequantize())
 }
 
 /// ggml's `get_scale_min_k4`: the 6-bit scale and minimum of sub-block `j` (0..8) from the
