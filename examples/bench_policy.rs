@@ -9,6 +9,7 @@
 //!                                                            # transformers on the same shapes
 //! cargo run --release --example bench_policy -- --model large --torch
 //! cargo run --release --example bench_policy -- --model smollm2 --batch 16 --torch
+//! cargo run --release --example bench_policy -- --model smollm2 --blocks q4_1 --torch
 //! cargo run --release --example bench_policy -- --decomposed # burn's ops, no fused kernels
 //! cargo run --release --example bench_policy -- --model smollm2 --lora 16 --batch 8 --seq 512 \
 //!     --only train --torch                                  # LoRA training and its memory
@@ -37,6 +38,10 @@
 //! over the frozen model instead of every weight, on any model (SmolLM2's shape included); the
 //! PyTorch twin is then transformers' Llama with PEFT's LoRA. Each side prints its peak
 //! resident memory (`VmHWM`, `ru_maxrss`): run `--only train` for the training's own peak.
+//! `--blocks q4_1|q8_0` generates with the policy's weights kept in ggml blocks of that format
+//! (its head in Q8_0), as SmolLM2's GGUF file holds them
+//! ([`Policy::with_quantized_base`]): decode steps multiply by the blocks. transformers, which
+//! dequantizes a GGUF file to f32, runs f32 products on the PyTorch side.
 //! `--recompute` recomputes each block's activations in the backward pass
 //! (`train { recompute = true }`; transformers' gradient checkpointing on the PyTorch side).
 //!
@@ -51,6 +56,7 @@ use std::time::{Duration, Instant};
 use agentry::model::{Policy, PolicyConfig, Sampling, generate, generate_uncached, recompute};
 use agentry::optim::{PolicyOptimizer, clip_global_norm};
 use agentry::spec;
+use agentry_kernels::blocks::BlockFormat;
 use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
 use burn::tensor::activation::log_softmax;
@@ -112,6 +118,10 @@ struct Args {
     /// Recompute each block's activations in the backward pass instead of keeping them.
     #[arg(long)]
     recompute: bool,
+    /// Generate with the weights kept in ggml blocks of this format (the tied head in Q8_0),
+    /// as a GGUF file's quantized model is: decode steps multiply by the blocks.
+    #[arg(long, value_parser = ["q4_1", "q8_0"])]
+    blocks: Option<String>,
 }
 
 /// The sizes of one benchmark run.
@@ -278,7 +288,11 @@ fn measure(args: &Args) -> agentry::Result<()> {
     }
     if args.only != "train" {
         let uncached = !args.no_uncached && args.model != "smollm2";
-        let tokens_per_second = bench_generation(&sizes, &config, &mut rng, uncached)?;
+        let blocks = args.blocks.as_deref().map(|name| match name {
+            "q8_0" => BlockFormat::Q8_0,
+            _ => BlockFormat::Q4_1,
+        });
+        let tokens_per_second = bench_generation(&sizes, &config, &mut rng, uncached, blocks)?;
         if args.torch {
             torch_generation(&sizes, threads, tokens_per_second)?;
         }
@@ -351,13 +365,27 @@ fn bench_generation(
     config: &PolicyConfig,
     rng: &mut ChaCha8Rng,
     uncached: bool,
+    blocks: Option<BlockFormat>,
 ) -> agentry::Result<f64> {
     println!(
-        "\n(b) generation: {} prompts of {} tokens, {} new tokens each, temperature 1, same seed",
-        sizes.batch, sizes.prompt, sizes.new_tokens
+        "\n(b) generation: {} prompts of {} tokens, {} new tokens each, temperature 1, same \
+         seed{}",
+        sizes.batch,
+        sizes.prompt,
+        sizes.new_tokens,
+        blocks.map_or(String::new(), |f| format!(
+            "; weights in {} blocks (head Q8_0)",
+            f.name()
+        ))
     );
     B::seed(&Default::default(), 0);
     let policy: Policy<B> = config.init(&Default::default());
+    let policy = match blocks {
+        Some(format) => policy
+            .with_quantized_base(format)
+            .map_err(|e| anyhow::anyhow!("cannot quantize the policy: {e}"))?,
+        None => policy,
+    };
     let prompts: Vec<Vec<u32>> = (0..sizes.batch)
         .map(|_| random_tokens(rng, sizes.prompt, sizes.vocab))
         .collect();

@@ -128,6 +128,58 @@ impl BlockMatrix {
         })
     }
 
+    /// `values` (`rows × cols`, row-major) quantized to `format` as ggml's reference
+    /// quantizers (`quantize_row_q4_1_ref`, `quantize_row_q8_0_ref`) do: Q4_1 spans each
+    /// block's minimum to maximum in 15 steps, Q8_0 its largest magnitude in 127. Lossy; the
+    /// values a model then computes with are [`BlockMatrix::dequantize`]'s.
+    pub fn quantize(
+        format: BlockFormat,
+        rows: usize,
+        cols: usize,
+        values: &[f32],
+    ) -> Result<Self, String> {
+        if Some(values.len()) != rows.checked_mul(cols) {
+            return Err(format!("{} values are not {rows} × {cols}", values.len()));
+        }
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(format!(
+                "value {i} is {}, which cannot be quantized",
+                values[i]
+            ));
+        }
+        if !cols.is_multiple_of(BLOCK) {
+            return Err(format!(
+                "a {rows} × {cols} {} matrix needs a multiple of {BLOCK} columns",
+                format.name()
+            ));
+        }
+        let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+        let mut data = Vec::with_capacity(values.len() / BLOCK * format.block_bytes());
+        for x in values.chunks_exact(BLOCK) {
+            match format {
+                BlockFormat::Q4_1 => {
+                    let min = x.iter().copied().fold(f32::MAX, f32::min);
+                    let max = x.iter().copied().fold(-f32::MAX, f32::max);
+                    let d = (max - min) / 15.0;
+                    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                    data.extend(f16(d));
+                    data.extend(f16(min));
+                    // `(int8_t)(v + 0.5f)`: truncation toward zero of a non-negative value.
+                    let q = |v: f32| (((v - min) * id + 0.5) as i8).min(15) as u8;
+                    data.extend((0..16).map(|j| q(x[j]) | (q(x[j + 16]) << 4)));
+                }
+                BlockFormat::Q8_0 => {
+                    let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                    let d = amax / 127.0;
+                    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                    data.extend(f16(d));
+                    data.extend(x.iter().map(|&v| (v * id).round() as i8 as u8));
+                }
+            }
+        }
+        BlockMatrix::from_ggml(format, rows, cols, &data)
+    }
+
     /// The block format.
     pub fn format(&self) -> BlockFormat {
         self.format
@@ -252,6 +304,75 @@ impl BlockMatrix {
         }
     }
 
+    /// Rows `row` and `row + 1` in AVX-512, interleaved by eight for [`tiles_avx512`]: the
+    /// values `8t..8t + 8` of the first row at `out[16t..]`, of the second at `out[16t + 8..]`.
+    /// The same values as [`BlockMatrix::dequantize_row`]: Q4_1's sixteen possible values of a
+    /// block computed once (`q · d + m`, the same two roundings) and looked up by nibble.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")]
+    fn dequantize_pair_avx512(&self, row: usize, out: &mut [f32]) {
+        use std::arch::x86_64::{
+            __m128i, __m512, _mm_and_si128, _mm_loadu_si128, _mm_set1_epi8, _mm_srli_epi16,
+            _mm256_storeu_ps, _mm512_add_ps, _mm512_castps512_ps256, _mm512_cvtepi8_epi32,
+            _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32, _mm512_extractf32x8_ps, _mm512_mul_ps,
+            _mm512_permutexvar_ps, _mm512_set1_ps, _mm512_setr_ps,
+        };
+        assert!(
+            row + 1 < self.rows && out.len() == 2 * self.cols,
+            "two rows of the matrix"
+        );
+        let per_row = self.cols / BLOCK;
+        let quant_bytes = self.format.quant_bytes();
+        let levels = _mm512_setr_ps(
+            0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
+        );
+        // Sixteen values, eight-value chunks `t` and `t + 1` of row `half`, into place.
+        let place = |out: &mut [f32], half: usize, t: usize, v: __m512| {
+            let at = 16 * t + 8 * half;
+            assert!(at + 24 <= out.len(), "two chunks of the pair");
+            // SAFETY: AVX-512F and DQ are enabled; `at + 24` is in bounds (asserted).
+            unsafe {
+                _mm256_storeu_ps(out.as_mut_ptr().add(at), _mm512_castps512_ps256(v));
+                _mm256_storeu_ps(
+                    out.as_mut_ptr().add(at + 16),
+                    _mm512_extractf32x8_ps::<1>(v),
+                );
+            }
+        };
+        for half in 0..2 {
+            let first = (row + half) * per_row;
+            for b in 0..per_row {
+                let qs = &self.quants[(first + b) * quant_bytes..][..quant_bytes];
+                let d = _mm512_set1_ps(self.scales[first + b]);
+                // SAFETY: `qs` holds `quant_bytes` (16 or 32) bytes, what the loads read.
+                let (low, high) = unsafe {
+                    let p = qs.as_ptr().cast::<__m128i>();
+                    match self.format {
+                        BlockFormat::Q4_1 => {
+                            let m = _mm512_set1_ps(self.mins[first + b]);
+                            let values = _mm512_add_ps(_mm512_mul_ps(levels, d), m);
+                            let bytes = _mm_loadu_si128(p);
+                            let nibbles = _mm_set1_epi8(0x0F);
+                            let low = _mm_and_si128(bytes, nibbles);
+                            let high = _mm_and_si128(_mm_srli_epi16::<4>(bytes), nibbles);
+                            (
+                                _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(low), values),
+                                _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(high), values),
+                            )
+                        }
+                        BlockFormat::Q8_0 => {
+                            let q =
+                                |p| _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p)));
+                            (_mm512_mul_ps(q(p), d), _mm512_mul_ps(q(p.add(1)), d))
+                        }
+                    }
+                };
+                place(out, half, 4 * b, low);
+                place(out, half, 4 * b + 2, high);
+            }
+        }
+    }
+
     /// The whole matrix in f32, row-major.
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = vec![0.0; self.rows * self.cols];
@@ -298,6 +419,7 @@ impl BlockMatrix {
         let (m, k, n) = (x.rows(), self.cols, self.rows);
         assert_eq!(x.cols(), k, "the left-hand side's columns and the matrix's");
         let vector = level != Level::Baseline && level.supported();
+        let wide = level == Level::Avx512 && level.supported();
         // The left-hand rows, contiguous (a few rows: cheap, and the kernels index them flat).
         let lhs: Vec<f32> = (0..m)
             .flat_map(|i| (0..k).map(move |c| x.at(i, c)))
@@ -308,9 +430,30 @@ impl BlockMatrix {
         let run = |start: usize| {
             let len = block.min(n - start);
             let mut part = vec![0.0f32; m * len];
-            let mut weights = vec![0.0f32; TILE_COLUMNS * k];
+            let mut weights = vec![0.0f32; TILE_COLUMNS.max(2 * WIDE_PAIRS) * k];
             let mut j = 0;
             while j < len {
+                #[cfg(target_arch = "x86_64")]
+                if wide && len - j >= 2 {
+                    let pairs = ((len - j) / 2).min(WIDE_PAIRS);
+                    let weights = &mut weights[..2 * pairs * k];
+                    // SAFETY: `wide` checked that this CPU has AVX-512 (F, VL, BW, DQ), AVX2
+                    // and FMA, what the `target_feature` functions enable.
+                    unsafe {
+                        for (p, w) in weights.chunks_exact_mut(2 * k).enumerate() {
+                            self.dequantize_pair_avx512(start + j + 2 * p, w);
+                        }
+                        let out = &mut part[j..];
+                        match pairs {
+                            4 => tiles_avx512::<4>(&lhs, k, weights, out, len),
+                            3 => tiles_avx512::<3>(&lhs, k, weights, out, len),
+                            2 => tiles_avx512::<2>(&lhs, k, weights, out, len),
+                            _ => tiles_avx512::<1>(&lhs, k, weights, out, len),
+                        }
+                    }
+                    j += 2 * pairs;
+                    continue;
+                }
                 // Whole tiles of columns in AVX2; one column at a time otherwise.
                 let columns = if vector && len - j >= TILE_COLUMNS {
                     TILE_COLUMNS
@@ -390,6 +533,110 @@ fn reduce(t: [f32; LANES]) -> f32 {
     ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]))
 }
 
+/// Pairs of weight rows (output columns) in one register tile of [`tiles_avx512`].
+const WIDE_PAIRS: usize = 4;
+
+/// Rows of the left-hand side in one register tile of [`tiles_avx512`].
+const WIDE_ROWS: usize = 4;
+
+/// [`tiles_avx2`] in AVX-512, the same bits: each register holds the eight lanes of two
+/// columns (`w`: `P` pairs of weight rows, interleaved by eight as
+/// [`BlockMatrix::dequantize_pair_avx512`] writes them), each row's eight values broadcast to
+/// both halves. Tiles of up to four rows by `P` pairs: sixteen registers of sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+fn tiles_avx512<const P: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32], stride: usize) {
+    assert!(
+        k.is_multiple_of(LANES) && x.len().is_multiple_of(k) && w.len() == 2 * P * k,
+        "rows of whole vectors"
+    );
+    let m = x.len() / k;
+    assert!(
+        m == 0 || out.len() >= (m - 1) * stride + 2 * P,
+        "an output per row and column"
+    );
+    let mut i = 0;
+    while i < m {
+        let rows = WIDE_ROWS.min(m - i);
+        let x = &x[i * k..(i + rows) * k];
+        let out = &mut out[i * stride..];
+        // SAFETY: AVX-512 (F, DQ) and FMA are enabled here; the slices are as asserted.
+        unsafe {
+            match rows {
+                4 => wide_tile::<4, P>(x, k, w, out, stride),
+                3 => wide_tile::<3, P>(x, k, w, out, stride),
+                2 => wide_tile::<2, P>(x, k, w, out, stride),
+                _ => wide_tile::<1, P>(x, k, w, out, stride),
+            }
+        }
+        i += rows;
+    }
+}
+
+/// One register tile of [`tiles_avx512`]: `R` rows of `x` by `P` pairs of weight rows.
+///
+/// # Safety
+///
+/// The caller enables AVX-512 (F, DQ), AVX2 and FMA; `x` holds `R` rows and `w` `P` pairs of
+/// `k` values, `k` a multiple of eight, and `out` reaches `(R - 1) * stride + 2P`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn wide_tile<const R: usize, const P: usize>(
+    x: &[f32],
+    k: usize,
+    w: &[f32],
+    out: &mut [f32],
+    stride: usize,
+) {
+    use std::arch::x86_64::{
+        __m512, _mm256_loadu_ps, _mm512_broadcast_f32x8, _mm512_castps512_ps256,
+        _mm512_extractf32x8_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps,
+    };
+    // SAFETY (every intrinsic below): the caller enables the instructions, and every load
+    // reads at `c < k` of a row (or `2c < 2k` of a pair) the slices hold.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        let (xp, wp) = (x.as_ptr(), w.as_ptr());
+        for c in (0..k).step_by(LANES) {
+            let ws: [__m512; P] =
+                std::array::from_fn(|p| _mm512_loadu_ps(wp.add(p * 2 * k + 2 * c)));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xs = _mm512_broadcast_f32x8(_mm256_loadu_ps(xp.add(r * k + c)));
+                for (a, &w) in acc.iter_mut().zip(&ws) {
+                    *a = _mm512_fmadd_ps(xs, w, *a);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (p, &t) in acc.iter().enumerate() {
+                out[r * stride + 2 * p] = sum8(_mm512_castps512_ps256(t));
+                out[r * stride + 2 * p + 1] = sum8(_mm512_extractf32x8_ps::<1>(t));
+            }
+        }
+    }
+}
+
+/// The eight lanes' sum in [`reduce`]'s order: `[t0 + t4, t1 + t5, t2 + t6, t3 + t7]`, then
+/// `[(t0 + t4) + (t2 + t6), (t1 + t5) + (t3 + t7), ..]`, then the first plus the second.
+///
+/// # Safety
+///
+/// The caller enables AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn sum8(t: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::{
+        _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps,
+        _mm256_castps256_ps128, _mm256_extractf128_ps,
+    };
+    // SAFETY: the caller enables AVX2 (and so SSE).
+    unsafe {
+        let quad = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t));
+        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+        _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<0b01>(pair, pair)))
+    }
+}
+
 /// Rows of the left-hand side in one register tile of [`tiles_avx2`].
 const TILE_ROWS: usize = 3;
 
@@ -445,11 +692,7 @@ unsafe fn tile<const R: usize, const C: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
-    use std::arch::x86_64::{
-        __m256, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps,
-        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-        _mm256_setzero_ps,
-    };
+    use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps};
     // SAFETY (every intrinsic below): the caller enables AVX2 and FMA, and every load reads
     // eight values at `c < k` of a row the slices hold.
     unsafe {
@@ -466,12 +709,7 @@ unsafe fn tile<const R: usize, const C: usize>(
         }
         for (r, acc) in acc.iter().enumerate() {
             for (q, &t) in acc.iter().enumerate() {
-                // [t0 + t4, t1 + t5, t2 + t6, t3 + t7], then [(t0 + t4) + (t2 + t6), (t1 +
-                // t5) + (t3 + t7), ..], then the first plus the second: [`reduce`]'s order.
-                let quad = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t));
-                let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-                out[r * stride + q] =
-                    _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<0b01>(pair, pair)));
+                out[r * stride + q] = sum8(t);
             }
         }
     }
@@ -588,6 +826,40 @@ mod tests {
         assert!(values[..16].iter().all(|&v| v == -256.0));
         assert!(values[16..].iter().all(|&v| v == 254.0));
         assert_eq!(w.bytes(), 4 + 32);
+    }
+
+    #[test]
+    fn quantizing_keeps_each_value_within_half_a_step() {
+        let mut rng = Rng(5);
+        let values = rng.vec(3 * 64, 2.0);
+        for (format, steps) in [(BlockFormat::Q4_1, 15.0), (BlockFormat::Q8_0, 254.0)] {
+            let w = BlockMatrix::quantize(format, 3, 64, &values).unwrap();
+            for (block, back) in values.chunks(BLOCK).zip(w.dequantize().chunks(BLOCK)) {
+                let (lo, hi) = block
+                    .iter()
+                    .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+                let span = match format {
+                    BlockFormat::Q4_1 => hi - lo,
+                    BlockFormat::Q8_0 => 2.0 * lo.abs().max(hi.abs()),
+                };
+                for (v, b) in block.iter().zip(back) {
+                    // Half a step, plus the f16 rounding of the scale and minimum.
+                    assert!(
+                        (v - b).abs() <= span / steps * 0.5 + 2e-3 * span,
+                        "{v} -> {b}"
+                    );
+                }
+            }
+            // Quantizing the dequantized values again gives the same blocks.
+            let again = BlockMatrix::quantize(format, 3, 64, &w.dequantize()).unwrap();
+            assert_eq!(again.dequantize(), w.dequantize());
+        }
+        let zeros = BlockMatrix::quantize(BlockFormat::Q4_1, 1, 32, &[0.0; 32]).unwrap();
+        assert_eq!(zeros.dequantize(), vec![0.0; 32]);
+        let bad = BlockMatrix::quantize(BlockFormat::Q8_0, 1, 32, &[f32::NAN; 32]).unwrap_err();
+        assert!(bad.contains("NaN"), "{bad}");
+        assert!(BlockMatrix::quantize(BlockFormat::Q8_0, 1, 33, &[0.0; 33]).is_err());
+        assert!(BlockMatrix::quantize(BlockFormat::Q8_0, 2, 32, &[0.0; 32]).is_err());
     }
 
     #[test]

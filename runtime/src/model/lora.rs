@@ -104,7 +104,10 @@ pub(crate) fn layer<B: Backend>(block: &DecoderBlock<B>, target: LoraTarget) -> 
     }
 }
 
-fn layer_mut<B: Backend>(block: &mut DecoderBlock<B>, target: LoraTarget) -> &mut Linear<B> {
+pub(super) fn layer_mut<B: Backend>(
+    block: &mut DecoderBlock<B>,
+    target: LoraTarget,
+) -> &mut Linear<B> {
     match target {
         LoraTarget::Q => &mut block.q,
         LoraTarget::K => &mut block.k,
@@ -273,7 +276,11 @@ impl<B: Backend> Policy<B> {
             return self;
         };
         let scale = lora.scale();
-        let mut policy = self.without_lora();
+        // The base changes: its blocks no longer hold its values.
+        let mut policy = Policy {
+            quantized: None,
+            ..self.without_lora()
+        };
         for (block, adapters) in policy.blocks.iter_mut().zip(&lora.blocks) {
             for target in LoraTarget::ALL {
                 if let Some(adapter) = adapters.get(target) {

@@ -15,6 +15,7 @@ pub mod hf;
 pub mod kernels;
 pub mod lora;
 mod pretrained;
+mod quantized;
 pub mod recompute;
 mod transformer;
 
@@ -25,6 +26,7 @@ pub use generate::{
 };
 pub use kernels::{Kernels, TrainBackend};
 pub use pretrained::{LoadError, Origin, Pretrained, base_digest, pretrained_config};
+pub use quantized::{BLOCK_ROWS, QuantizedBase};
 pub use transformer::{DecoderBlock, Policy, PolicyConfig, Rope, Scores, Want};
 
 /// Draws every parameter of `module` now, in module order. burn gives a parameter its

@@ -1,5 +1,7 @@
 //! The transformer itself: configuration, modules and the forward passes.
 
+use std::sync::Arc;
+
 use agentry_dsl::spec::TransformerArch;
 use burn::module::{Initializer, Module};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm, RmsNormConfig};
@@ -9,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::kernels::{self, AttentionMask, HeadWeight, Kernels};
 use super::lora::Lora;
+use super::quantized::{QuantizedBase, block_linear};
 use super::recompute::{self, DropoutSeeds};
 use agentry_dsl::spec::LoraTarget;
 
@@ -143,6 +146,7 @@ impl PolicyConfig {
             head_dim: hd,
             rope: Rope::new(ROPE_THETA, hd),
             recompute: false,
+            quantized: None,
         }
     }
 }
@@ -383,6 +387,8 @@ impl<B: Backend> Positions<B> {
 /// Block `index` of a policy with its adapters, if it has any: what runs a linear layer.
 struct Adapted<'a, B: Backend> {
     lora: Option<&'a Lora<B>>,
+    /// The base's blocks, which a decode step multiplies by ([`Policy::quantized`]).
+    blocks: Option<&'a QuantizedBase>,
     index: usize,
 }
 
@@ -396,7 +402,11 @@ impl<B: Kernels> Adapted<'_, B> {
         let delta = self
             .lora
             .and_then(|lora| lora.delta(self.index, target, &x));
-        let y = kernels::linear(layer, x);
+        let by_blocks = self
+            .blocks
+            .and_then(|blocks| blocks.layer(self.index, target))
+            .and_then(|w| block_linear(Some(layer), w, x.clone()));
+        let y = by_blocks.unwrap_or_else(|| kernels::linear(layer, x));
         let y = match delta {
             Some(delta) => y + delta,
             None => y,
@@ -512,6 +522,12 @@ pub struct Policy<B: Backend> {
     /// pass of compute. Set it with [`Policy::with_recompute`].
     #[module(skip)]
     pub recompute: bool,
+    /// The base's weights in ggml blocks ([`QuantizedBase`]), whose values the f32 weights
+    /// hold: a GGUF file's Q4_1 and Q8_0 tensors, or [`Policy::with_quantized_base`]'s.
+    /// Decode steps on flex read them. Never saved; whatever changes a base weight drops them
+    /// (full fine-tuning in [`Policy::as_declared`], [`Policy::merged`]).
+    #[module(skip)]
+    pub quantized: Option<Arc<QuantizedBase>>,
 }
 
 impl<B: Kernels> Policy<B> {
@@ -552,6 +568,7 @@ impl<B: Kernels> Policy<B> {
     ) -> Tensor<B, 3> {
         let adapted = Adapted {
             lora: self.lora.as_ref(),
+            blocks: self.quantized.as_deref(),
             index: i,
         };
         self.blocks[i].forward(x, pos, cache, adapted)
@@ -595,6 +612,9 @@ impl<B: Kernels> Policy<B> {
 
     /// The LM head on rows of hidden states `[rows, d_model]`.
     fn project(&self, rows: Tensor<B, 2>) -> Tensor<B, 2> {
+        if let Some(logits) = self.head_by_blocks(rows.clone()) {
+            return logits;
+        }
         match &self.head {
             Some(head) => kernels::linear(head, rows),
             None => kernels::matmul(rows, self.embed.weight.val().transpose()),
@@ -649,7 +669,11 @@ impl<B: Kernels> Policy<B> {
         };
         match &model.finetune {
             Finetune::Lora(lora) => policy.with_lora(lora),
-            Finetune::Full => policy,
+            // Training changes the base, which its blocks would then no longer hold.
+            Finetune::Full => Policy {
+                quantized: None,
+                ..policy
+            },
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::common::{self, ids};
 use crate::pretrained;
 use agentry_runtime::model::gguf::{GgmlType, GgufError, Value, Writer};
-use agentry_runtime::model::{Pretrained, Sampling, generate};
+use agentry_runtime::model::{Generation, Policy, Pretrained, Sampling, generate};
 use burn::backend::Flex;
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::SeedableRng;
@@ -103,9 +103,9 @@ fn smollm2_logits_match_transformers() {
     assert!(worst < 1e-3, "logits differ by {worst}");
 }
 
-#[test]
-fn smollm2_greedy_generation_matches_transformers() {
-    let model = smollm2();
+/// Greedy decoding of the reference's three prompts in one batch (the shorter ones are
+/// left-padded, which must not change them), checked against transformers' 24 tokens.
+fn greedy_matches_transformers(policy: &Policy<B>, model: &Pretrained<B>) -> Vec<Generation> {
     let reference = reference();
     let cases = reference["prompts"].as_array().unwrap();
     let prompts: Vec<Vec<u32>> = cases.iter().map(|c| ids(&c["ids"])).collect();
@@ -115,9 +115,8 @@ fn smollm2_greedy_generation_matches_transformers() {
         ..Sampling::default()
     };
     let start = Instant::now();
-    // All prompts in one batch: the shorter ones are left-padded, which must not change them.
     let out = generate(
-        &model.policy,
+        policy,
         &prompts,
         &sampling,
         &mut ChaCha8Rng::seed_from_u64(0),
@@ -132,11 +131,61 @@ fn smollm2_greedy_generation_matches_transformers() {
             model.tokenizer.decode(&generation.tokens)
         );
     }
+    out
+}
+
+#[test]
+fn smollm2_greedy_generation_matches_transformers() {
+    let model = smollm2();
+    let out = greedy_matches_transformers(&model.policy, model);
     let france = model.tokenizer.decode(&out[0].tokens);
     assert!(
         france.starts_with("The capital of France is Paris"),
         "{france:?}"
     );
+}
+
+/// The file's Q4_1 layers and Q8_0 head are kept as blocks, which decode steps multiply by
+/// (`smollm2_greedy_generation_matches_transformers` decodes through them too); with LoRA
+/// adapters over the frozen base, greedy decoding still gives transformers' tokens.
+#[test]
+fn smollm2_keeps_its_blocks_and_decodes_through_them_with_adapters() {
+    use agentry_dsl::spec::{Lora, LoraTarget};
+    use agentry_kernels::blocks::BlockFormat;
+    let model = smollm2();
+    let blocks = model.policy.quantized.as_ref().expect("the file's blocks");
+    for layer in 0..30 {
+        for target in LoraTarget::ALL {
+            let w = blocks.layer(layer, target).expect("every layer is Q4_1");
+            assert_eq!(w.format(), BlockFormat::Q4_1);
+        }
+    }
+    let head = blocks.head().expect("the tied head");
+    assert_eq!(
+        (head.format(), head.rows(), head.cols()),
+        (BlockFormat::Q8_0, 49152, 576)
+    );
+    // The query projection's rows are unpermuted with the f32 weight's.
+    let q: Vec<f32> = model.policy.blocks[0]
+        .q
+        .weight
+        .val()
+        .into_data()
+        .into_vec()
+        .unwrap();
+    let rows = blocks.layer(0, LoraTarget::Q).unwrap().dequantize();
+    for (o, row) in rows.chunks(576).enumerate().step_by(37) {
+        for (i, &v) in row.iter().enumerate() {
+            assert_eq!(q[i * 576 + o], v, "row {o}, column {i}");
+        }
+    }
+    let adapted = model.policy.clone().with_lora(&Lora {
+        rank: 4,
+        alpha: 8.0,
+        dropout: 0.0,
+        targets: LoraTarget::ALL.to_vec(),
+    });
+    greedy_matches_transformers(&adapted, model);
 }
 
 #[test]

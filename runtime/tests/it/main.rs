@@ -22,6 +22,7 @@ mod model_policy;
 mod model_sampling;
 mod pipeline;
 mod ppo;
+mod quantized;
 mod recompute;
 mod replay;
 mod report;

@@ -6,6 +6,8 @@
 //! the Hugging Face names (`blk.N.attn_q.weight` is `model.layers.N.self_attn.q_proj.weight`),
 //! and the policy is assembled by the same code as a Hugging Face checkpoint
 //! ([`super::hf`]), so the two loaders cannot drift apart.
+//! Q4_1 and Q8_0 linear weights and the head are also kept in their blocks
+//! ([`Policy::quantized`]), which decode steps multiply by.
 //!
 //! One transformation is undone: llama.cpp's converter permutes the rows of a Llama model's
 //! query and key projections (each head's two rotary halves interleaved, for its
@@ -22,12 +24,16 @@ pub mod tokenizer;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
+use agentry_dsl::spec::LoraTarget;
+use agentry_kernels::blocks::{BlockFormat, BlockMatrix};
 use burn::tensor::backend::Backend;
 
 pub use file::{GgmlType, GgufFile, TensorInfo, Value, Writer};
 
 use super::hf::{F32Tensor, HfConfig, ModelType, RopeScaling, build, expected_tensors};
+use super::quantized::QuantizedBase;
 use super::transformer::Policy;
 use super::{LoadError, Pretrained};
 use crate::text::{ChatTemplate, Tokenizer};
@@ -275,6 +281,10 @@ pub fn load_policy<B: Backend>(
     let wanted = expected_tensors(&config);
     let mut tensors = HashMap::with_capacity(wanted.len());
     let mut used = HashSet::with_capacity(wanted.len());
+    let mut quantized = QuantizedBase {
+        layers: vec![Default::default(); config.num_hidden_layers],
+        head: None,
+    };
     for (hf, shape) in &wanted {
         let name = gguf_name(hf).unwrap_or_else(|| hf.clone());
         let error = |reason: String| GgufError::Tensor {
@@ -299,16 +309,35 @@ pub fn load_policy<B: Backend>(
                 values[i]
             )));
         }
-        if config.model_type == ModelType::Llama {
-            let heads = if hf.contains(".self_attn.q_proj.") {
-                Some(config.num_attention_heads)
-            } else if hf.contains(".self_attn.k_proj.") {
-                Some(config.num_key_value_heads)
-            } else {
-                None
-            };
-            if let Some(heads) = heads {
-                values = unpermute_rows(&values, heads, config.head_dim);
+        let permuted_heads = if config.model_type != ModelType::Llama {
+            None
+        } else if hf.contains(".self_attn.q_proj.") {
+            Some(config.num_attention_heads)
+        } else if hf.contains(".self_attn.k_proj.") {
+            Some(config.num_key_value_heads)
+        } else {
+            None
+        };
+        if let Some(heads) = permuted_heads {
+            values = unpermute_rows(&values, heads, config.head_dim);
+        }
+        let slot = BlockSlot::of(hf, config.tie_word_embeddings);
+        if let (Some(format), Some(slot), &[rows, cols]) = (block_format(info.ty), slot, &shape[..])
+        {
+            // The file's blocks, kept for decode steps: the values above are theirs.
+            let mut blocks =
+                BlockMatrix::from_ggml(format, rows, cols, file.data(info)).map_err(&error)?;
+            if let Some(heads) = permuted_heads {
+                blocks = blocks.with_rows(&unpermuted_order(heads, config.head_dim));
+            }
+            match slot {
+                BlockSlot::Layer(i, target) => {
+                    let index = LoraTarget::ALL.iter().position(|&t| t == target);
+                    if let (Some(layer), Some(index)) = (quantized.layers.get_mut(i), index) {
+                        layer[index] = Some(blocks);
+                    }
+                }
+                BlockSlot::Head => quantized.head = Some(blocks),
             }
         }
         used.insert(name.clone());
@@ -343,7 +372,10 @@ pub fn load_policy<B: Backend>(
             reason,
         });
     }
-    let policy = build(&config, &mut tensors, device);
+    let mut policy = build(&config, &mut tensors, device);
+    if quantized.bytes() > 0 {
+        policy.quantized = Some(Arc::new(quantized));
+    }
     Ok((config, policy))
 }
 
@@ -352,18 +384,66 @@ pub fn load_policy<B: Backend>(
 /// rows from halves `[x_0 .. x_{h/2}, y_0 .. y_{h/2}]` to pairs `[x_0, y_0, x_1, y_1, ..]`:
 /// GGUF row `2i + j` of a head is Hugging Face row `j * head_dim / 2 + i`.
 pub fn unpermute_rows(values: &[f32], heads: usize, head_dim: usize) -> Vec<f32> {
-    let rows = heads * head_dim;
-    let cols = values.len() / rows;
+    let order = unpermuted_order(heads, head_dim);
+    let cols = values.len() / order.len();
+    order
+        .iter()
+        .flat_map(|&from| &values[from * cols..(from + 1) * cols])
+        .copied()
+        .collect()
+}
+
+/// [`unpermute_rows`]' order: the GGUF row that each Hugging Face row of a permuted
+/// projection comes from.
+fn unpermuted_order(heads: usize, head_dim: usize) -> Vec<usize> {
     let half = head_dim / 2;
-    let mut out = vec![0.0f32; values.len()];
+    let mut order = vec![0; heads * head_dim];
     for h in 0..heads {
         for i in 0..half {
             for j in 0..2 {
-                let from = (h * head_dim + 2 * i + j) * cols;
-                let to = (h * head_dim + j * half + i) * cols;
-                out[to..to + cols].copy_from_slice(&values[from..from + cols]);
+                order[h * head_dim + j * half + i] = h * head_dim + 2 * i + j;
             }
         }
     }
-    out
+    order
+}
+
+/// Where a tensor's blocks serve a decode step ([`QuantizedBase`]).
+enum BlockSlot {
+    /// A decoder block's linear layer.
+    Layer(usize, LoraTarget),
+    /// The LM head (the tied embedding when the head is tied).
+    Head,
+}
+
+impl BlockSlot {
+    /// The slot of the Hugging Face tensor `hf`, if its blocks serve one.
+    fn of(hf: &str, tied: bool) -> Option<BlockSlot> {
+        match hf {
+            "lm_head.weight" => return Some(BlockSlot::Head),
+            "model.embed_tokens.weight" if tied => return Some(BlockSlot::Head),
+            _ => {}
+        }
+        let (layer, part) = hf.strip_prefix("model.layers.")?.split_once('.')?;
+        let target = match part {
+            "self_attn.q_proj.weight" => LoraTarget::Q,
+            "self_attn.k_proj.weight" => LoraTarget::K,
+            "self_attn.v_proj.weight" => LoraTarget::V,
+            "self_attn.o_proj.weight" => LoraTarget::O,
+            "mlp.gate_proj.weight" => LoraTarget::Gate,
+            "mlp.up_proj.weight" => LoraTarget::Up,
+            "mlp.down_proj.weight" => LoraTarget::Down,
+            _ => return None,
+        };
+        Some(BlockSlot::Layer(layer.parse().ok()?, target))
+    }
+}
+
+/// The block format of a ggml type that [`BlockMatrix`] multiplies by.
+fn block_format(ty: GgmlType) -> Option<BlockFormat> {
+    match ty {
+        GgmlType::Q4_1 => Some(BlockFormat::Q4_1),
+        GgmlType::Q8_0 => Some(BlockFormat::Q8_0),
+        _ => None,
+    }
 }

@@ -312,5 +312,6 @@ pub(crate) fn build<B: Backend>(
         head_dim: config.head_dim,
         rope: Rope::from_inv_freq(config.inv_freq()),
         recompute: false,
+        quantized: None,
     }
 }

@@ -1,5 +1,6 @@
 //! flex's fused kernels: `agentry_kernels` on the tensors' f32 storage.
 
+use agentry_kernels::blocks::BlockMatrix;
 use agentry_kernels::matmul::{self, MatMut, MatRef, Threads};
 use agentry_kernels::memory::zeroed;
 use agentry_kernels::{attention as attn, logits, norm};
@@ -7,6 +8,7 @@ use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;
 use burn::tensor::{DType, TensorData};
 
+use super::super::quantized::BLOCK_ROWS;
 use super::{AttentionMask, Fused, HeadWeight, Kernels, decomposed_only};
 
 impl Kernels for Flex {
@@ -16,6 +18,19 @@ impl Kernels for Flex {
 
     fn on_cpu_threads() -> bool {
         true
+    }
+
+    fn block_product(x: FlexTensor, w: &BlockMatrix) -> Option<FlexTensor> {
+        if decomposed_only() {
+            return None;
+        }
+        let x = viewable(x);
+        let rows = matrix(&x)?;
+        if rows.rows() > BLOCK_ROWS || rows.cols() != w.cols() {
+            return None;
+        }
+        let shape = vec![rows.rows(), w.rows()];
+        Some(new_tensor(w.product(rows, Threads::Pool), shape))
     }
 
     fn cache_write(buffer: FlexTensor, start: usize, rows: FlexTensor) -> FlexTensor {

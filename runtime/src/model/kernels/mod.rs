@@ -185,6 +185,19 @@ pub trait Kernels: Backend {
         decomposed::cache_write::<Self>(buffer, start, rows)
     }
 
+    /// `x · Wᵀ` for rows `x` (`[m, k]`) and a weight kept in ggml blocks (`[n, k]`), when the
+    /// backend multiplies by the blocks directly and `m` is small enough for that to pay (a
+    /// decode step, [`BLOCK_ROWS`](super::quantized::BLOCK_ROWS)); `None` (the default)
+    /// multiplies by the layer's f32 weight instead. No gradient flows through it: only
+    /// inference backends implement it.
+    fn block_product(
+        x: FloatTensor<Self>,
+        w: &agentry_kernels::blocks::BlockMatrix,
+    ) -> Option<FloatTensor<Self>> {
+        let _ = (x, w);
+        None
+    }
+
     /// The product of `[m, k]` and `[k, n]`: every linear layer of the policy (on `[tokens,
     /// d]` rows) and the tied LM head.
     fn matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
