@@ -12,10 +12,11 @@
 //! - Q8_0, 34 bytes per block: `d` (f16), 32 signed bytes; value `j` is `qs[j] · d`.
 //!
 //! [`BlockMatrix::product`] computes `x · Wᵀ` for a few rows of `x` (a decode step's batch):
-//! each output element is a dot product summed in 32 lanes, lane `e` taking element `e` of
-//! every block in block order with a fused multiply-add, then the lanes added in a fixed tree
-//! ([`reduce`]). The AVX2 kernel and the portable one follow that order exactly, and threads
-//! split the output's columns, so the bits depend on neither the CPU nor the thread count.
+//! each output element is a dot product summed in sixteen lanes, lane `l` taking the elements
+//! `c ≡ l (mod 16)` in order with fused multiply-adds, then the lanes added in a fixed tree
+//! (`reduce`). The AVX-512 kernel (one register per sum), the AVX2 one (two) and the
+//! portable one follow that order exactly, and threads split the output's columns, so the bits
+//! depend on neither the CPU nor the thread count.
 
 #![allow(unsafe_code)]
 
@@ -304,71 +305,56 @@ impl BlockMatrix {
         }
     }
 
-    /// Rows `row` and `row + 1` in AVX-512, interleaved by eight for [`tiles_avx512`]: the
-    /// values `8t..8t + 8` of the first row at `out[16t..]`, of the second at `out[16t + 8..]`.
-    /// The same values as [`BlockMatrix::dequantize_row`]: Q4_1's sixteen possible values of a
-    /// block computed once (`q · d + m`, the same two roundings) and looked up by nibble.
+    /// [`BlockMatrix::dequantize_row`] in AVX-512, the same values: Q4_1's sixteen possible
+    /// values of a block computed once (`q · d + m`, the same two roundings) and looked up by
+    /// nibble, all sixteen bytes widened by one instruction.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")]
-    fn dequantize_pair_avx512(&self, row: usize, out: &mut [f32]) {
+    fn dequantize_row_avx512(&self, row: usize, out: &mut [f32]) {
         use std::arch::x86_64::{
-            __m128i, __m512, _mm_and_si128, _mm_loadu_si128, _mm_set1_epi8, _mm_srli_epi16,
-            _mm256_storeu_ps, _mm512_add_ps, _mm512_castps512_ps256, _mm512_cvtepi8_epi32,
-            _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32, _mm512_extractf32x8_ps, _mm512_mul_ps,
-            _mm512_permutexvar_ps, _mm512_set1_ps, _mm512_setr_ps,
+            __m128i, _mm_loadu_si128, _mm512_add_ps, _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps,
+            _mm512_cvtepu8_epi32, _mm512_mul_ps, _mm512_permutexvar_ps, _mm512_set1_ps,
+            _mm512_setr_ps, _mm512_srli_epi32, _mm512_storeu_ps,
         };
         assert!(
-            row + 1 < self.rows && out.len() == 2 * self.cols,
-            "two rows of the matrix"
+            row < self.rows && out.len() == self.cols,
+            "a row of the matrix"
         );
         let per_row = self.cols / BLOCK;
         let quant_bytes = self.format.quant_bytes();
+        let quants = &self.quants[row * per_row * quant_bytes..][..per_row * quant_bytes];
         let levels = _mm512_setr_ps(
             0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
         );
-        // Sixteen values, eight-value chunks `t` and `t + 1` of row `half`, into place.
-        let place = |out: &mut [f32], half: usize, t: usize, v: __m512| {
-            let at = 16 * t + 8 * half;
-            assert!(at + 24 <= out.len(), "two chunks of the pair");
-            // SAFETY: AVX-512F and DQ are enabled; `at + 24` is in bounds (asserted).
+        for (b, (qs, out)) in quants
+            .chunks_exact(quant_bytes)
+            .zip(out.chunks_exact_mut(BLOCK))
+            .enumerate()
+        {
+            let d = _mm512_set1_ps(self.scales[row * per_row + b]);
+            // SAFETY: `qs` holds `quant_bytes` (16 or 32) bytes and `out` 32 f32s, what the
+            // loads and stores below read and write.
             unsafe {
-                _mm256_storeu_ps(out.as_mut_ptr().add(at), _mm512_castps512_ps256(v));
-                _mm256_storeu_ps(
-                    out.as_mut_ptr().add(at + 16),
-                    _mm512_extractf32x8_ps::<1>(v),
-                );
-            }
-        };
-        for half in 0..2 {
-            let first = (row + half) * per_row;
-            for b in 0..per_row {
-                let qs = &self.quants[(first + b) * quant_bytes..][..quant_bytes];
-                let d = _mm512_set1_ps(self.scales[first + b]);
-                // SAFETY: `qs` holds `quant_bytes` (16 or 32) bytes, what the loads read.
-                let (low, high) = unsafe {
-                    let p = qs.as_ptr().cast::<__m128i>();
-                    match self.format {
-                        BlockFormat::Q4_1 => {
-                            let m = _mm512_set1_ps(self.mins[first + b]);
-                            let values = _mm512_add_ps(_mm512_mul_ps(levels, d), m);
-                            let bytes = _mm_loadu_si128(p);
-                            let nibbles = _mm_set1_epi8(0x0F);
-                            let low = _mm_and_si128(bytes, nibbles);
-                            let high = _mm_and_si128(_mm_srli_epi16::<4>(bytes), nibbles);
-                            (
-                                _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(low), values),
-                                _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(high), values),
-                            )
-                        }
-                        BlockFormat::Q8_0 => {
-                            let q =
-                                |p| _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p)));
-                            (_mm512_mul_ps(q(p), d), _mm512_mul_ps(q(p.add(1)), d))
-                        }
+                let p = qs.as_ptr().cast::<__m128i>();
+                let (low, high) = match self.format {
+                    BlockFormat::Q4_1 => {
+                        let m = _mm512_set1_ps(self.mins[row * per_row + b]);
+                        let values = _mm512_add_ps(_mm512_mul_ps(levels, d), m);
+                        // Each byte in a lane: the lookup reads its low four bits (the low
+                        // nibble); shifted, the high nibble.
+                        let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(p));
+                        (
+                            _mm512_permutexvar_ps(bytes, values),
+                            _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), values),
+                        )
+                    }
+                    BlockFormat::Q8_0 => {
+                        let q = |p| _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p)));
+                        (_mm512_mul_ps(q(p), d), _mm512_mul_ps(q(p.add(1)), d))
                     }
                 };
-                place(out, half, 4 * b, low);
-                place(out, half, 4 * b + 2, high);
+                _mm512_storeu_ps(out.as_mut_ptr(), low);
+                _mm512_storeu_ps(out.as_mut_ptr().add(16), high);
             }
         }
     }
@@ -430,54 +416,40 @@ impl BlockMatrix {
         let run = |start: usize| {
             let len = block.min(n - start);
             let mut part = vec![0.0f32; m * len];
-            let mut weights = vec![0.0f32; TILE_COLUMNS.max(2 * WIDE_PAIRS) * k];
+            let mut weights = vec![0.0f32; TILE_COLUMNS.max(WIDE_COLUMNS) * k];
             let mut j = 0;
             while j < len {
                 #[cfg(target_arch = "x86_64")]
-                if wide && len - j >= 2 {
-                    let pairs = ((len - j) / 2).min(WIDE_PAIRS);
-                    let weights = &mut weights[..2 * pairs * k];
-                    // SAFETY: `wide` checked that this CPU has AVX-512 (F, VL, BW, DQ), AVX2
-                    // and FMA, what the `target_feature` functions enable.
-                    unsafe {
-                        for (p, w) in weights.chunks_exact_mut(2 * k).enumerate() {
-                            self.dequantize_pair_avx512(start + j + 2 * p, w);
-                        }
-                        let out = &mut part[j..];
-                        match pairs {
-                            4 => tiles_avx512::<4>(&lhs, k, weights, out, len),
-                            3 => tiles_avx512::<3>(&lhs, k, weights, out, len),
-                            2 => tiles_avx512::<2>(&lhs, k, weights, out, len),
-                            _ => tiles_avx512::<1>(&lhs, k, weights, out, len),
-                        }
-                    }
-                    j += 2 * pairs;
-                    continue;
-                }
-                // Whole tiles of columns in AVX2; one column at a time otherwise.
-                let columns = if vector && len - j >= TILE_COLUMNS {
-                    TILE_COLUMNS
-                } else {
-                    1
-                };
-                let weights = &mut weights[..columns * k];
-                #[cfg(target_arch = "x86_64")]
                 if vector {
-                    // SAFETY: `vector` checked that this CPU has AVX2 and FMA, what the
-                    // `target_feature` functions enable.
+                    // Tiles of columns as wide as fit, then narrower ones.
+                    let most = if wide { WIDE_COLUMNS } else { TILE_COLUMNS };
+                    let columns = (len - j).min(most);
+                    let weights = &mut weights[..columns * k];
+                    let out = &mut part[j..];
+                    // SAFETY: `vector` checked that this CPU has AVX2 and FMA, `wide` that it
+                    // has AVX-512 (F, VL, BW, DQ) too: what the `target_feature` functions
+                    // enable.
                     unsafe {
                         for (q, w) in weights.chunks_exact_mut(k).enumerate() {
-                            self.dequantize_row_avx2(start + j + q, w);
+                            if wide {
+                                self.dequantize_row_avx512(start + j + q, w);
+                            } else {
+                                self.dequantize_row_avx2(start + j + q, w);
+                            }
                         }
-                        if columns == TILE_COLUMNS {
-                            tiles_avx2::<TILE_COLUMNS>(&lhs, k, weights, &mut part[j..], len);
-                        } else {
-                            tiles_avx2::<1>(&lhs, k, weights, &mut part[j..], len);
+                        match (wide, columns) {
+                            (true, 4) => tiles_avx512::<4>(&lhs, k, weights, out, len),
+                            (true, 3) => tiles_avx512::<3>(&lhs, k, weights, out, len),
+                            (true, 2) => tiles_avx512::<2>(&lhs, k, weights, out, len),
+                            (true, _) => tiles_avx512::<1>(&lhs, k, weights, out, len),
+                            (false, 2) => tiles_avx2::<2>(&lhs, k, weights, out, len),
+                            (false, _) => tiles_avx2::<1>(&lhs, k, weights, out, len),
                         }
                     }
                     j += columns;
                     continue;
                 }
+                let weights = &mut weights[..k];
                 self.dequantize_row(start + j, weights);
                 for (i, row) in lhs.chunks_exact(k).enumerate() {
                     part[i * len + j] = dot(row, weights);
@@ -512,8 +484,8 @@ fn half(bytes: &[u8]) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([bytes[0], bytes[1]])).to_f32()
 }
 
-/// `Σ x[c] · w[c]` in the module's order, portably: eight lanes of fused multiply-adds (lane
-/// `l` takes the elements `c ≡ l (mod 8)` in order), then [`reduce`].
+/// `Σ x[c] · w[c]` in the module's order, portably: sixteen lanes of fused multiply-adds
+/// (lane `l` takes the elements `c ≡ l (mod 16)` in order), then [`reduce`].
 fn dot(x: &[f32], w: &[f32]) -> f32 {
     let mut lanes = [0.0f32; LANES];
     for (x, w) in x.chunks_exact(LANES).zip(w.chunks_exact(LANES)) {
@@ -524,35 +496,35 @@ fn dot(x: &[f32], w: &[f32]) -> f32 {
     reduce(lanes)
 }
 
-/// Lanes of a dot product's sum.
-const LANES: usize = 8;
+/// Lanes of a dot product's sum (a block is two of them).
+const LANES: usize = 16;
 
-/// The sum of the eight lanes as AVX2 folds them: `((t0 + t4) + (t2 + t6)) + ((t1 + t5) +
-/// (t3 + t7))`.
-fn reduce(t: [f32; LANES]) -> f32 {
+/// The sum of the sixteen lanes: the two halves added lane by lane (`t_l = s_l + s_{l+8}`),
+/// then the eight as AVX2 folds them, `((t0 + t4) + (t2 + t6)) + ((t1 + t5) + (t3 + t7))`.
+fn reduce(s: [f32; LANES]) -> f32 {
+    let t: [f32; 8] = std::array::from_fn(|l| s[l] + s[l + 8]);
     ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]))
 }
 
-/// Pairs of weight rows (output columns) in one register tile of [`tiles_avx512`].
-const WIDE_PAIRS: usize = 4;
+/// Weight rows (output columns) in one register tile of [`tiles_avx512`].
+const WIDE_COLUMNS: usize = 4;
 
 /// Rows of the left-hand side in one register tile of [`tiles_avx512`].
 const WIDE_ROWS: usize = 4;
 
-/// [`tiles_avx2`] in AVX-512, the same bits: each register holds the eight lanes of two
-/// columns (`w`: `P` pairs of weight rows, interleaved by eight as
-/// [`BlockMatrix::dequantize_pair_avx512`] writes them), each row's eight values broadcast to
-/// both halves. Tiles of up to four rows by `P` pairs: sixteen registers of sums.
+/// [`dot`] of every row of `x` with each of `C` weight rows (`w`, `C` rows of `k` values), in
+/// AVX-512: the dot product of row `i` with weight row `q` goes to `out[i * stride + q]`. Tiles
+/// of up to four rows by `C` columns, each sum one sixteen-lane register.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
-fn tiles_avx512<const P: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32], stride: usize) {
+fn tiles_avx512<const C: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32], stride: usize) {
     assert!(
-        k.is_multiple_of(LANES) && x.len().is_multiple_of(k) && w.len() == 2 * P * k,
+        k.is_multiple_of(LANES) && x.len().is_multiple_of(k) && w.len() == C * k,
         "rows of whole vectors"
     );
     let m = x.len() / k;
     assert!(
-        m == 0 || out.len() >= (m - 1) * stride + 2 * P,
+        m == 0 || out.len() >= (m - 1) * stride + C,
         "an output per row and column"
     );
     let mut i = 0;
@@ -560,28 +532,28 @@ fn tiles_avx512<const P: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32],
         let rows = WIDE_ROWS.min(m - i);
         let x = &x[i * k..(i + rows) * k];
         let out = &mut out[i * stride..];
-        // SAFETY: AVX-512 (F, DQ) and FMA are enabled here; the slices are as asserted.
+        // SAFETY: AVX-512F, AVX2 and FMA are enabled here; the slices are as asserted.
         unsafe {
             match rows {
-                4 => wide_tile::<4, P>(x, k, w, out, stride),
-                3 => wide_tile::<3, P>(x, k, w, out, stride),
-                2 => wide_tile::<2, P>(x, k, w, out, stride),
-                _ => wide_tile::<1, P>(x, k, w, out, stride),
+                4 => wide_tile::<4, C>(x, k, w, out, stride),
+                3 => wide_tile::<3, C>(x, k, w, out, stride),
+                2 => wide_tile::<2, C>(x, k, w, out, stride),
+                _ => wide_tile::<1, C>(x, k, w, out, stride),
             }
         }
         i += rows;
     }
 }
 
-/// One register tile of [`tiles_avx512`]: `R` rows of `x` by `P` pairs of weight rows.
+/// One register tile of [`tiles_avx512`]: `R` rows of `x` by `C` weight rows.
 ///
 /// # Safety
 ///
-/// The caller enables AVX-512 (F, DQ), AVX2 and FMA; `x` holds `R` rows and `w` `P` pairs of
-/// `k` values, `k` a multiple of eight, and `out` reaches `(R - 1) * stride + 2P`.
+/// The caller enables AVX-512F, AVX2 and FMA; `x` holds `R` rows and `w` `C` rows of `k`
+/// values, `k` a multiple of sixteen, and `out` reaches `(R - 1) * stride + C`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn wide_tile<const R: usize, const P: usize>(
+unsafe fn wide_tile<const R: usize, const C: usize>(
     x: &[f32],
     k: usize,
     w: &[f32],
@@ -589,28 +561,28 @@ unsafe fn wide_tile<const R: usize, const P: usize>(
     stride: usize,
 ) {
     use std::arch::x86_64::{
-        __m512, _mm256_loadu_ps, _mm512_broadcast_f32x8, _mm512_castps512_ps256,
-        _mm512_extractf32x8_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_setzero_ps,
+        __m512, _mm256_add_ps, _mm512_castps512_ps256, _mm512_extractf32x8_ps, _mm512_fmadd_ps,
+        _mm512_loadu_ps, _mm512_setzero_ps,
     };
     // SAFETY (every intrinsic below): the caller enables the instructions, and every load
-    // reads at `c < k` of a row (or `2c < 2k` of a pair) the slices hold.
+    // reads sixteen values at `c < k` of a row the slices hold.
     unsafe {
-        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
         let (xp, wp) = (x.as_ptr(), w.as_ptr());
         for c in (0..k).step_by(LANES) {
-            let ws: [__m512; P] =
-                std::array::from_fn(|p| _mm512_loadu_ps(wp.add(p * 2 * k + 2 * c)));
+            let ws: [__m512; C] = std::array::from_fn(|q| _mm512_loadu_ps(wp.add(q * k + c)));
             for (r, acc) in acc.iter_mut().enumerate() {
-                let xs = _mm512_broadcast_f32x8(_mm256_loadu_ps(xp.add(r * k + c)));
+                let xs = _mm512_loadu_ps(xp.add(r * k + c));
                 for (a, &w) in acc.iter_mut().zip(&ws) {
                     *a = _mm512_fmadd_ps(xs, w, *a);
                 }
             }
         }
         for (r, acc) in acc.iter().enumerate() {
-            for (p, &t) in acc.iter().enumerate() {
-                out[r * stride + 2 * p] = sum8(_mm512_castps512_ps256(t));
-                out[r * stride + 2 * p + 1] = sum8(_mm512_extractf32x8_ps::<1>(t));
+            for (q, &s) in acc.iter().enumerate() {
+                let halves =
+                    _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps::<1>(s));
+                out[r * stride + q] = sum8(halves);
             }
         }
     }
@@ -641,13 +613,11 @@ unsafe fn sum8(t: std::arch::x86_64::__m256) -> f32 {
 const TILE_ROWS: usize = 3;
 
 /// Weight rows (output columns) in one register tile of [`tiles_avx2`].
-const TILE_COLUMNS: usize = 4;
+const TILE_COLUMNS: usize = 2;
 
-/// [`dot`] of every row of `x` with each of `C` weight rows (`w`, `C` rows of `k` values), in
-/// AVX2: the dot product of row `i` with weight row `q` goes to `out[i * stride + q]`. Tiles of
-/// up to three rows by `C` columns (twelve accumulators, each one eight-lane register summed as
-/// [`dot`] sums it), so each load of a weight vector serves three rows and each row's vector
-/// `C` weight rows.
+/// [`tiles_avx512`] in AVX2, the same bits: each sum is two eight-lane registers (the lanes
+/// `l` and `l + 8` of the sixteen), in tiles of up to three rows by `C` columns (twelve
+/// registers of sums).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn tiles_avx2<const C: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32], stride: usize) {
@@ -682,7 +652,7 @@ fn tiles_avx2<const C: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32], s
 /// # Safety
 ///
 /// The caller enables AVX2 and FMA; `x` holds `R` rows and `w` `C` rows of `k` values, `k` a
-/// multiple of eight, and `out` reaches `(R - 1) * stride + C`.
+/// multiple of sixteen, and `out` reaches `(R - 1) * stride + C`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn tile<const R: usize, const C: usize>(
@@ -692,24 +662,29 @@ unsafe fn tile<const R: usize, const C: usize>(
     out: &mut [f32],
     stride: usize,
 ) {
-    use std::arch::x86_64::{__m256, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps};
+    use std::arch::x86_64::{
+        __m256, _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
+    };
     // SAFETY (every intrinsic below): the caller enables AVX2 and FMA, and every load reads
-    // eight values at `c < k` of a row the slices hold.
+    // eight values at `c + 8 < k` of a row the slices hold.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut acc = [[[_mm256_setzero_ps(); 2]; C]; R];
         let (xp, wp) = (x.as_ptr(), w.as_ptr());
         for c in (0..k).step_by(LANES) {
-            let ws: [__m256; C] = std::array::from_fn(|q| _mm256_loadu_ps(wp.add(q * k + c)));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let xs = _mm256_loadu_ps(xp.add(r * k + c));
-                for (a, &w) in acc.iter_mut().zip(&ws) {
-                    *a = _mm256_fmadd_ps(xs, w, *a);
+            for half in 0..2 {
+                let c = c + 8 * half;
+                let ws: [__m256; C] = std::array::from_fn(|q| _mm256_loadu_ps(wp.add(q * k + c)));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let xs = _mm256_loadu_ps(xp.add(r * k + c));
+                    for (a, &w) in acc.iter_mut().zip(&ws) {
+                        a[half] = _mm256_fmadd_ps(xs, w, a[half]);
+                    }
                 }
             }
         }
         for (r, acc) in acc.iter().enumerate() {
-            for (q, &t) in acc.iter().enumerate() {
-                out[r * stride + q] = sum8(t);
+            for (q, s) in acc.iter().enumerate() {
+                out[r * stride + q] = sum8(_mm256_add_ps(s[0], s[1]));
             }
         }
     }

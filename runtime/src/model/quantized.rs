@@ -28,8 +28,8 @@ use super::kernels::Kernels;
 use super::transformer::Policy;
 
 /// Most rows a product takes through the blocks (a decode step's batch): above it `gemm`'s
-/// f32 products are faster (measured with `bench_blocks`: at 16 rows the blocks are 0.7–1.6×
-/// the f32 product per weight, at 4 rows 1.3–2.4×).
+/// f32 products catch up (measured with `bench_blocks`: at 16 rows the blocks are 0.7–2.4×
+/// as fast as the f32 product per weight, at 4 rows 1.4–3.5×).
 pub const BLOCK_ROWS: usize = 16;
 
 /// A policy's base weights in ggml blocks, each `[d_out, d_in]` (a linear layer's rows are
