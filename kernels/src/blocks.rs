@@ -20,9 +20,7 @@
 
 #![allow(unsafe_code)]
 
-use rayon::prelude::*;
-
-use crate::matmul::{MatRef, Threads};
+use crate::matmul::{MatRef, Threads, by_column_blocks};
 use crate::simd::Level;
 
 /// Values per block.
@@ -389,8 +387,9 @@ impl BlockMatrix {
     }
 
     /// `x · Wᵀ` as a row-major `x.rows × self.rows` buffer: a linear layer's outputs for the
-    /// rows of `x` (`x.cols == self.cols`). Threads split the output's columns, each column's
-    /// weight row expanded once into a small buffer and multiplied by every row of `x`.
+    /// rows of `x` (`x.cols == self.cols`). Threads split the output's columns
+    /// (`matmul::by_column_blocks`), each column's weight row expanded once into a small buffer and
+    /// multiplied by every row of `x`.
     ///
     /// # Panics
     ///
@@ -410,12 +409,8 @@ impl BlockMatrix {
         let lhs: Vec<f32> = (0..m)
             .flat_map(|i| (0..k).map(move |c| x.at(i, c)))
             .collect();
-        // Blocks of output columns, each computed into its own `[m, len]` buffer.
-        let per_thread = n.div_ceil(threads.count().max(1));
-        let block = per_thread.clamp(COLUMNS, n.max(COLUMNS));
-        let run = |start: usize| {
-            let len = block.min(n - start);
-            let mut part = vec![0.0f32; m * len];
+        let run = |start: usize, out: &mut [&mut [f32]]| {
+            let len = out.first().map_or(0, |piece| piece.len());
             let mut weights = vec![0.0f32; TILE_COLUMNS.max(WIDE_COLUMNS) * k];
             let mut j = 0;
             while j < len {
@@ -425,7 +420,6 @@ impl BlockMatrix {
                     let most = if wide { WIDE_COLUMNS } else { TILE_COLUMNS };
                     let columns = (len - j).min(most);
                     let weights = &mut weights[..columns * k];
-                    let out = &mut part[j..];
                     // SAFETY: `vector` checked that this CPU has AVX2 and FMA, `wide` that it
                     // has AVX-512 (F, VL, BW, DQ) too: what the `target_feature` functions
                     // enable.
@@ -438,12 +432,12 @@ impl BlockMatrix {
                             }
                         }
                         match (wide, columns) {
-                            (true, 4) => tiles_avx512::<4>(&lhs, k, weights, out, len),
-                            (true, 3) => tiles_avx512::<3>(&lhs, k, weights, out, len),
-                            (true, 2) => tiles_avx512::<2>(&lhs, k, weights, out, len),
-                            (true, _) => tiles_avx512::<1>(&lhs, k, weights, out, len),
-                            (false, 2) => tiles_avx2::<2>(&lhs, k, weights, out, len),
-                            (false, _) => tiles_avx2::<1>(&lhs, k, weights, out, len),
+                            (true, 4) => tiles_avx512::<4>(&lhs, k, weights, out, j),
+                            (true, 3) => tiles_avx512::<3>(&lhs, k, weights, out, j),
+                            (true, 2) => tiles_avx512::<2>(&lhs, k, weights, out, j),
+                            (true, _) => tiles_avx512::<1>(&lhs, k, weights, out, j),
+                            (false, 2) => tiles_avx2::<2>(&lhs, k, weights, out, j),
+                            (false, _) => tiles_avx2::<1>(&lhs, k, weights, out, j),
                         }
                     }
                     j += columns;
@@ -451,33 +445,15 @@ impl BlockMatrix {
                 }
                 let weights = &mut weights[..k];
                 self.dequantize_row(start + j, weights);
-                for (i, row) in lhs.chunks_exact(k).enumerate() {
-                    part[i * len + j] = dot(row, weights);
+                for (row, piece) in lhs.chunks_exact(k).zip(out.iter_mut()) {
+                    piece[j] = dot(row, weights);
                 }
                 j += 1;
             }
-            (start, part)
         };
-        let starts: Vec<usize> = (0..n).step_by(block).collect();
-        let parts: Vec<(usize, Vec<f32>)> = if starts.len() > 1 {
-            starts.into_par_iter().map(run).collect()
-        } else {
-            starts.into_iter().map(run).collect()
-        };
-        let mut out = vec![0.0f32; m * n];
-        for (start, part) in parts {
-            let len = part.len() / m.max(1);
-            for (i, piece) in part.chunks_exact(len.max(1)).enumerate().take(m) {
-                out[i * n + start..i * n + start + len].copy_from_slice(piece);
-            }
-        }
-        out
+        by_column_blocks(m, n, threads.count(), run)
     }
 }
-
-/// Fewest output columns a thread's block takes (below it, handing work to the pool costs
-/// more than the work).
-const COLUMNS: usize = 64;
 
 /// The f32 an IEEE half-precision value (little-endian bytes) stands for, exactly.
 fn half(bytes: &[u8]) -> f32 {
@@ -512,36 +488,42 @@ const WIDE_COLUMNS: usize = 4;
 /// Rows of the left-hand side in one register tile of [`tiles_avx512`].
 const WIDE_ROWS: usize = 4;
 
-/// [`dot`] of every row of `x` with each of `C` weight rows (`w`, `C` rows of `k` values), in
-/// AVX-512: the dot product of row `i` with weight row `q` goes to `out[i * stride + q]`. Tiles
-/// of up to four rows by `C` columns, each sum one sixteen-lane register.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
-fn tiles_avx512<const C: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32], stride: usize) {
+/// Checks a tile kernel's operands: `out` holds one piece per row of `x` (rows of `k` values,
+/// `k` whole sums), each reaching column `col + columns`, and `w` holds `columns` rows.
+fn check_tiles(x: &[f32], k: usize, w: &[f32], columns: usize, out: &[&mut [f32]], col: usize) {
     assert!(
-        k.is_multiple_of(LANES) && x.len().is_multiple_of(k) && w.len() == C * k,
+        k.is_multiple_of(LANES) && x.len() == out.len() * k && w.len() == columns * k,
         "rows of whole vectors"
     );
-    let m = x.len() / k;
     assert!(
-        m == 0 || out.len() >= (m - 1) * stride + C,
+        out.iter().all(|piece| piece.len() >= col + columns),
         "an output per row and column"
     );
-    let mut i = 0;
-    while i < m {
-        let rows = WIDE_ROWS.min(m - i);
-        let x = &x[i * k..(i + rows) * k];
-        let out = &mut out[i * stride..];
-        // SAFETY: AVX-512F, AVX2 and FMA are enabled here; the slices are as asserted.
+}
+
+/// [`dot`] of every row of `x` with each of `C` weight rows (`w`, `C` rows of `k` values), in
+/// AVX-512: the dot product of row `i` with weight row `q` goes to `out[i][col + q]`. Tiles of
+/// up to four rows by `C` columns, each sum one sixteen-lane register.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+fn tiles_avx512<const C: usize>(
+    x: &[f32],
+    k: usize,
+    w: &[f32],
+    out: &mut [&mut [f32]],
+    col: usize,
+) {
+    check_tiles(x, k, w, C, out, col);
+    for (x, out) in x.chunks(WIDE_ROWS * k).zip(out.chunks_mut(WIDE_ROWS)) {
+        // SAFETY: AVX-512F, AVX2 and FMA are enabled here; the slices are as checked.
         unsafe {
-            match rows {
-                4 => wide_tile::<4, C>(x, k, w, out, stride),
-                3 => wide_tile::<3, C>(x, k, w, out, stride),
-                2 => wide_tile::<2, C>(x, k, w, out, stride),
-                _ => wide_tile::<1, C>(x, k, w, out, stride),
+            match out.len() {
+                4 => wide_tile::<4, C>(x, k, w, out, col),
+                3 => wide_tile::<3, C>(x, k, w, out, col),
+                2 => wide_tile::<2, C>(x, k, w, out, col),
+                _ => wide_tile::<1, C>(x, k, w, out, col),
             }
         }
-        i += rows;
     }
 }
 
@@ -550,15 +532,15 @@ fn tiles_avx512<const C: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32],
 /// # Safety
 ///
 /// The caller enables AVX-512F, AVX2 and FMA; `x` holds `R` rows and `w` `C` rows of `k`
-/// values, `k` a multiple of sixteen, and `out` reaches `(R - 1) * stride + C`.
+/// values, `k` a multiple of sixteen, and `out` holds `R` pieces reaching `col + C`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn wide_tile<const R: usize, const C: usize>(
     x: &[f32],
     k: usize,
     w: &[f32],
-    out: &mut [f32],
-    stride: usize,
+    out: &mut [&mut [f32]],
+    col: usize,
 ) {
     use std::arch::x86_64::{
         __m512, _mm256_add_ps, _mm512_castps512_ps256, _mm512_extractf32x8_ps, _mm512_fmadd_ps,
@@ -582,7 +564,7 @@ unsafe fn wide_tile<const R: usize, const C: usize>(
             for (q, &s) in acc.iter().enumerate() {
                 let halves =
                     _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps::<1>(s));
-                out[r * stride + q] = sum8(halves);
+                out[r][col + q] = sum8(halves);
             }
         }
     }
@@ -620,30 +602,17 @@ const TILE_COLUMNS: usize = 2;
 /// registers of sums).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn tiles_avx2<const C: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32], stride: usize) {
-    assert!(
-        k.is_multiple_of(LANES) && x.len().is_multiple_of(k) && w.len() == C * k,
-        "rows of whole vectors"
-    );
-    let m = x.len() / k;
-    assert!(
-        m == 0 || out.len() >= (m - 1) * stride + C,
-        "an output per row and column"
-    );
-    let mut i = 0;
-    while i < m {
-        let rows = TILE_ROWS.min(m - i);
-        let x = &x[i * k..(i + rows) * k];
-        let out = &mut out[i * stride..];
-        // SAFETY: AVX2 and FMA are enabled here; the slices hold `rows` and `C` rows of `k`.
+fn tiles_avx2<const C: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [&mut [f32]], col: usize) {
+    check_tiles(x, k, w, C, out, col);
+    for (x, out) in x.chunks(TILE_ROWS * k).zip(out.chunks_mut(TILE_ROWS)) {
+        // SAFETY: AVX2 and FMA are enabled here; the slices are as checked.
         unsafe {
-            match rows {
-                3 => tile::<3, C>(x, k, w, out, stride),
-                2 => tile::<2, C>(x, k, w, out, stride),
-                _ => tile::<1, C>(x, k, w, out, stride),
+            match out.len() {
+                3 => tile::<3, C>(x, k, w, out, col),
+                2 => tile::<2, C>(x, k, w, out, col),
+                _ => tile::<1, C>(x, k, w, out, col),
             }
         }
-        i += rows;
     }
 }
 
@@ -652,15 +621,15 @@ fn tiles_avx2<const C: usize>(x: &[f32], k: usize, w: &[f32], out: &mut [f32], s
 /// # Safety
 ///
 /// The caller enables AVX2 and FMA; `x` holds `R` rows and `w` `C` rows of `k` values, `k` a
-/// multiple of sixteen, and `out` reaches `(R - 1) * stride + C`.
+/// multiple of sixteen, and `out` holds `R` pieces reaching `col + C`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn tile<const R: usize, const C: usize>(
     x: &[f32],
     k: usize,
     w: &[f32],
-    out: &mut [f32],
-    stride: usize,
+    out: &mut [&mut [f32]],
+    col: usize,
 ) {
     use std::arch::x86_64::{
         __m256, _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
@@ -684,7 +653,7 @@ unsafe fn tile<const R: usize, const C: usize>(
         }
         for (r, acc) in acc.iter().enumerate() {
             for (q, s) in acc.iter().enumerate() {
-                out[r * stride + q] = sum8(_mm256_add_ps(s[0], s[1]));
+                out[r][col + q] = sum8(_mm256_add_ps(s[0], s[1]));
             }
         }
     }

@@ -213,6 +213,41 @@ pub enum Threads {
     Pool,
 }
 
+/// Columns of the output each thread's block in [`by_column_blocks`] is a multiple of (64
+/// bytes).
+pub(crate) const ALIGN: usize = 16;
+
+/// A row-major `m × n` output cut into blocks of columns, one per thread of `threads` (aligned
+/// to [`ALIGN`]): a block is one piece of each of the `m` rows (disjoint slices of the
+/// output), and `run(first column, pieces)` writes them, on rayon's pool when there are
+/// several blocks. What a product computing each column from its own operand column splits
+/// by: every element is written by one block, so the bits do not depend on `threads`.
+pub(crate) fn by_column_blocks(
+    m: usize,
+    n: usize,
+    threads: usize,
+    run: impl Fn(usize, &mut [&mut [f32]]) + Sync,
+) -> Vec<f32> {
+    use rayon::prelude::*;
+    let block = n.div_ceil(threads.max(1)).next_multiple_of(ALIGN);
+    let mut out = vec![0.0; m * n];
+    let mut blocks: Vec<Vec<&mut [f32]>> = (0..n.div_ceil(block))
+        .map(|_| Vec::with_capacity(m))
+        .collect();
+    for row in out.chunks_exact_mut(n) {
+        for (pieces, piece) in blocks.iter_mut().zip(row.chunks_mut(block)) {
+            pieces.push(piece);
+        }
+    }
+    let run = |(b, mut pieces): (usize, Vec<&mut [f32]>)| run(b * block, &mut pieces);
+    if blocks.len() == 1 {
+        blocks.into_iter().enumerate().for_each(run);
+    } else {
+        blocks.into_par_iter().enumerate().for_each(run);
+    }
+    out
+}
+
 impl Threads {
     /// How many threads the product may use.
     pub(crate) fn count(self) -> usize {

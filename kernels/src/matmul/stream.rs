@@ -24,7 +24,7 @@
 //! in slab order, a transposed one into blocks of output columns (each written in place, by
 //! one thread), and each partial sum is computed by one thread in a fixed order.
 
-use super::MatRef;
+use super::{MatRef, by_column_blocks};
 use crate::simd::Level;
 
 /// Most left-hand rows a streamed product takes. Above it the arithmetic, not the reading,
@@ -52,9 +52,6 @@ const DEPTH: usize = 8;
 /// are 384 KiB read front to back, and its 9 slabs keep two threads within a slab of each
 /// other.
 const SLAB: usize = 64;
-
-/// Columns of the output each thread's block is a multiple of (64 bytes).
-const ALIGN: usize = 16;
 
 /// Right-hand sides of fewer elements (256 KiB) go to `gemm`: they stay in cache, so there is
 /// nothing to stream, and handing blocks to the pool would cost more than it saves. (It also
@@ -88,7 +85,7 @@ fn form(rhs: &MatRef<'_>) -> Option<Form> {
 /// `lhs · rhs` as a row-major `m × n` buffer when the product is a streamed one (at most
 /// [`MAX_ROWS`] rows, a right-hand side with one unit stride, a CPU with AVX2 and FMA);
 /// `None` otherwise. `threads` is how many threads of rayon's pool the product may use: the
-/// transposed form cuts the output's columns into that many blocks (aligned to [`ALIGN`]),
+/// transposed form cuts the output's columns into that many blocks (aligned to [`ALIGN`](super::ALIGN)),
 /// while the row-major form's slabs are fixed by `k` alone and run on the pool whenever
 /// `threads` is above one. Either way the sums, and so the bits, do not depend on it.
 pub(super) fn product(lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) -> Option<Vec<f32>> {
@@ -153,37 +150,16 @@ fn product_at(level: Level, lhs: MatRef<'_>, rhs: MatRef<'_>, threads: usize) ->
             }
             out
         }
-        Form::Dots => {
-            // Blocks of columns: each a contiguous run of `E`'s rows. A block of the row-major
-            // output is one piece of each of its `m` rows, so every block is handed its pieces
-            // (disjoint slices of `out`) and writes its dot products straight into them.
-            let block = n.div_ceil(threads.max(1)).next_multiple_of(ALIGN);
-            let mut out = vec![0.0; m * n];
-            let mut blocks: Vec<Vec<&mut [f32]>> = (0..n.div_ceil(block))
-                .map(|_| Vec::with_capacity(m))
-                .collect();
-            for row in out.chunks_exact_mut(n) {
-                for (pieces, piece) in blocks.iter_mut().zip(row.chunks_mut(block)) {
-                    pieces.push(piece);
-                }
-            }
-            let run = |(b, mut rows): (usize, Vec<&mut [f32]>)| {
-                #[cfg(target_arch = "x86_64")]
-                if wide {
-                    // SAFETY: as above, with AVX-512F and VL.
-                    unsafe { dots_avx512(&x, k, rhs, b * block, &mut rows) }
-                } else {
-                    // SAFETY: as above.
-                    unsafe { dots_avx2(&x, k, rhs, b * block, &mut rows) }
-                }
-            };
-            if blocks.len() == 1 {
-                blocks.into_iter().enumerate().for_each(run);
+        Form::Dots => by_column_blocks(m, n, threads, |start, rows| {
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: as above, with AVX-512F and VL.
+                unsafe { dots_avx512(&x, k, rhs, start, rows) }
             } else {
-                blocks.into_par_iter().enumerate().for_each(run);
+                // SAFETY: as above.
+                unsafe { dots_avx2(&x, k, rhs, start, rows) }
             }
-            out
-        }
+        }),
     };
     Some(out)
 }

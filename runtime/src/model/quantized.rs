@@ -24,6 +24,7 @@ use burn::nn::Linear;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
+use super::hf::{f32_values, transposed};
 use super::kernels::Kernels;
 use super::transformer::Policy;
 
@@ -45,8 +46,14 @@ pub struct QuantizedBase {
 impl QuantizedBase {
     /// The blocks of block `layer`'s `target`, if it has them.
     pub fn layer(&self, layer: usize, target: LoraTarget) -> Option<&BlockMatrix> {
-        let index = LoraTarget::ALL.iter().position(|&t| t == target)?;
-        self.layers.get(layer)?[index].as_ref()
+        self.layers.get(layer)?[slot(target)].as_ref()
+    }
+
+    /// Keeps `blocks` as block `layer`'s `target` (a layer past the last is ignored).
+    pub(crate) fn set_layer(&mut self, layer: usize, target: LoraTarget, blocks: BlockMatrix) {
+        if let Some(slots) = self.layers.get_mut(layer) {
+            slots[slot(target)] = Some(blocks);
+        }
     }
 
     /// The LM head's blocks (the tied embedding's when the head is tied), if it has them.
@@ -59,6 +66,14 @@ impl QuantizedBase {
         let layers = self.layers.iter().flatten().flatten();
         layers.chain(&self.head).map(BlockMatrix::bytes).sum()
     }
+}
+
+/// Where `target`'s blocks sit in a layer's slots: its place in [`LoraTarget::ALL`].
+fn slot(target: LoraTarget) -> usize {
+    LoraTarget::ALL
+        .iter()
+        .position(|&t| t == target)
+        .expect("ALL lists every target")
 }
 
 /// `layer` on rows `x` (`[rows, d_in]`) through its blocks `w`, with its bias; `None` where
@@ -88,12 +103,12 @@ impl<B: Kernels> Policy<B> {
         let mut layers = Vec::with_capacity(self.blocks.len());
         for (i, block) in self.blocks.iter_mut().enumerate() {
             let mut quantized: [Option<BlockMatrix>; 7] = Default::default();
-            for (slot, target) in quantized.iter_mut().zip(LoraTarget::ALL) {
+            for target in LoraTarget::ALL {
                 let linear = super::lora::layer_mut(block, target);
                 let (blocks, weight) = quantize_in_out(linear.weight.val(), format)
                     .map_err(|e| format!("block {i}'s {} weight: {e}", target.name()))?;
                 linear.weight = linear.weight.clone().map(|_| weight);
-                *slot = Some(blocks);
+                quantized[slot(target)] = Some(blocks);
             }
             layers.push(quantized);
         }
@@ -108,7 +123,8 @@ impl<B: Kernels> Policy<B> {
                 // The tied embedding is `[vocab, d_model]` already: rows are outputs.
                 let embed = self.embed.weight.val();
                 let [vocab, d] = embed.dims();
-                let blocks = BlockMatrix::quantize(BlockFormat::Q8_0, vocab, d, &host(&embed))
+                let (_, values) = f32_values(embed.clone());
+                let blocks = BlockMatrix::quantize(BlockFormat::Q8_0, vocab, d, &values)
                     .map_err(|e| format!("the tied embedding: {e}"))?;
                 let weight = device_tensor(blocks.dequantize(), [vocab, d], &embed);
                 self.embed.weight = self.embed.weight.clone().map(|_| weight);
@@ -137,23 +153,10 @@ fn quantize_in_out<B: Backend>(
     format: BlockFormat,
 ) -> Result<(BlockMatrix, Tensor<B, 2>), String> {
     let [d_in, d_out] = weight.dims();
-    let values = host(&weight);
-    let rows: Vec<f32> = (0..d_out)
-        .flat_map(|o| values.iter().skip(o).step_by(d_out).copied())
-        .collect();
+    let (_, rows) = f32_values(weight.clone().transpose());
     let blocks = BlockMatrix::quantize(format, d_out, d_in, &rows)?;
-    let back = blocks.dequantize();
-    let in_out: Vec<f32> = (0..d_in)
-        .flat_map(|i| back.iter().skip(i).step_by(d_in).copied())
-        .collect();
+    let in_out = transposed(&blocks.dequantize(), d_out, d_in);
     Ok((blocks, device_tensor(in_out, [d_in, d_out], &weight)))
-}
-
-fn host<B: Backend>(t: &Tensor<B, 2>) -> Vec<f32> {
-    t.to_data()
-        .convert::<f32>()
-        .to_vec()
-        .expect("an f32 tensor's values")
 }
 
 /// `values` as a tensor of `shape` on `like`'s device, requiring a gradient if `like` does.

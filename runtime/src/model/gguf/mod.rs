@@ -331,12 +331,7 @@ pub fn load_policy<B: Backend>(
                 blocks = blocks.with_rows(&unpermuted_order(heads, config.head_dim));
             }
             match slot {
-                BlockSlot::Layer(i, target) => {
-                    let index = LoraTarget::ALL.iter().position(|&t| t == target);
-                    if let (Some(layer), Some(index)) = (quantized.layers.get_mut(i), index) {
-                        layer[index] = Some(blocks);
-                    }
-                }
+                BlockSlot::Layer(i, target) => quantized.set_layer(i, target, blocks),
                 BlockSlot::Head => quantized.head = Some(blocks),
             }
         }

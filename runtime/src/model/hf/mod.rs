@@ -221,6 +221,18 @@ pub fn expected_tensors(config: &HfConfig) -> Vec<(String, Vec<usize>)> {
     out
 }
 
+/// A row-major `rows × cols` matrix's values transposed (`cols × rows`, row-major): torch's
+/// `[out, in]` linear weights as burn's `[in, out]`, and back.
+pub(crate) fn transposed(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; values.len()];
+    for (r, row) in values.chunks_exact(cols).enumerate() {
+        for (c, &x) in row.iter().enumerate() {
+            out[c * rows + r] = x;
+        }
+    }
+    out
+}
+
 /// Assembles the policy from tensors already checked (present, shaped as
 /// [`expected_tensors`] says, finite): by [`Weights::read`], or by the GGUF loader.
 pub(crate) fn build<B: Backend>(
@@ -246,15 +258,9 @@ pub(crate) fn build<B: Backend>(
     // torch stores `[out, in]`; burn's `Linear` multiplies by `[in, out]`.
     let linear = |weight: F32Tensor, bias: Option<F32Tensor>| {
         let (rows, cols) = (weight.shape[0], weight.shape[1]);
-        let mut transposed = vec![0.0f32; weight.values.len()];
-        for (r, row) in weight.values.chunks_exact(cols).enumerate() {
-            for (c, &x) in row.iter().enumerate() {
-                transposed[c * rows + r] = x;
-            }
-        }
         Linear {
             weight: Param::from_tensor(Tensor::<B, 2>::from_data(
-                TensorData::new(transposed, [cols, rows]),
+                TensorData::new(transposed(&weight.values, rows, cols), [cols, rows]),
                 device,
             )),
             bias: bias.map(vector),
