@@ -148,7 +148,7 @@ pub fn play<B: Kernels>(
     specs: &[EpisodeSpec],
     sampling: &Sampling,
     context: usize,
-    rng: &mut impl Rng,
+    rng: &mut (impl Rng + Send),
 ) -> Vec<Episode> {
     let engines = Engines::single(policy, 0);
     play_in_pool(
@@ -196,7 +196,7 @@ pub fn play_in_pool<B: Kernels>(
     sampling: &Sampling,
     context: usize,
     plan: Option<&ForkPlan>,
-    rng: &mut impl Rng,
+    rng: &mut (impl Rng + Send),
 ) -> (Vec<Episode>, Vec<Fork>) {
     let (mut episodes, mut sessions) = start(chat, tasks, controller, specs);
     let turns = Turns {
@@ -224,7 +224,7 @@ pub fn continue_forks<B: Kernels>(
     sampling: &Sampling,
     context: usize,
     gamma: f64,
-    rng: &mut impl Rng,
+    rng: &mut (impl Rng + Send),
 ) -> Vec<Vec<f32>> {
     let mut owner = Vec::new();
     let mut episodes = Vec::new();
@@ -325,7 +325,7 @@ impl<'a> Stream<'a> {
         &mut self,
         engines: &Engines<'_, B>,
         newer: Option<Newer<'_, B>>,
-        rng: &mut impl Rng,
+        rng: &mut (impl Rng + Send),
     ) -> Vec<Episode> {
         // Nothing is kept between calls: each may bring other weights (a new version).
         self.turns(engines, newer).turn(
@@ -345,7 +345,7 @@ impl<'a> Stream<'a> {
     pub fn turn_pinned<'w, B: Kernels + 'w>(
         &mut self,
         engines: impl Fn(u64) -> Engines<'w, B>,
-        rng: &mut impl Rng,
+        rng: &mut (impl Rng + Send),
     ) -> Vec<Episode> {
         for version in self.started_versions() {
             let members: Vec<bool> = self.started.iter().map(|&v| v == version).collect();
@@ -378,7 +378,7 @@ impl<'a> Stream<'a> {
         &mut self,
         members: &[bool],
         engines: &Engines<'_, B>,
-        rng: &mut impl Rng,
+        rng: &mut (impl Rng + Send),
     ) {
         let turns = self.turns(engines, None);
         let mut episodes = Vec::new();
@@ -525,7 +525,7 @@ impl<B: Kernels> Turns<'_, B> {
         episodes: &mut [Episode],
         sessions: &mut [Option<SessionId>],
         plan: Option<&ForkPlan>,
-        rng: &mut impl Rng,
+        rng: &mut (impl Rng + Send),
     ) -> Vec<Fork> {
         let mut forks = Vec::new();
         let mut kept = KeptCaches::new(episodes.len());
@@ -542,7 +542,7 @@ impl<B: Kernels> Turns<'_, B> {
         plan: Option<&ForkPlan>,
         forks: &mut Vec<Fork>,
         mut kept: Option<&mut KeptCaches<B>>,
-        rng: &mut impl Rng,
+        rng: &mut (impl Rng + Send),
     ) -> bool {
         let (chat, controller, context) = (self.chat, self.controller, self.context);
         // An instruction too long for the context leaves no room for a reply: the episode
@@ -638,7 +638,7 @@ impl<B: Kernels> Turns<'_, B> {
         picks: &[Pick],
         mut kept: Option<&mut KeptCaches<B>>,
         sampling: &Sampling,
-        rng: &mut impl Rng,
+        rng: &mut (impl Rng + Send),
     ) -> (Vec<Generation>, Vec<u64>) {
         if picks.iter().all(|p| *p == Pick::Fresh) {
             return self.generate_on(Pick::Fresh, prompts, episodes, kept, sampling, rng);
@@ -675,7 +675,7 @@ impl<B: Kernels> Turns<'_, B> {
         episodes: &[usize],
         kept: Option<&mut KeptCaches<B>>,
         sampling: &Sampling,
-        rng: &mut impl Rng,
+        rng: &mut (impl Rng + Send),
     ) -> (Vec<Generation>, Vec<u64>) {
         let engine = self.engines.engine(pick);
         let policy = engine.weights;

@@ -130,13 +130,20 @@ pub struct Generation {
 ///
 /// Use an inference backend (for an autodiff policy, pass `policy.valid()`), or the whole
 /// generation is recorded for backpropagation.
+///
+/// Runs on a thread of rayon's pool (the caller waits): each of a decode step's several
+/// hundred parallel operations then starts on a thread that is already awake and takes part
+/// in it, instead of waking the pool and putting the caller to sleep. On two threads,
+/// SmolLM2's decode step with Q4_1 blocks took 26.6 ms this way against 28.7 at batch 4 (three
+/// alternating runs) and 70.5 against 74.0 at batch 16 (two). [`generate_switching`] stays on
+/// the caller's thread: its `newer` need not be `Send`.
 pub fn generate<B: Kernels>(
     policy: &Policy<B>,
     prompts: &[Vec<u32>],
     sampling: &Sampling,
-    rng: &mut impl Rng,
+    rng: &mut (impl Rng + Send),
 ) -> Vec<Generation> {
-    decode(policy, prompts, None, sampling, rng, None)
+    rayon::scope(|_| decode(policy, prompts, None, sampling, rng, None))
 }
 
 /// Like [`generate`], but asks `newer` between decode steps for newer weights, and goes on
@@ -211,10 +218,11 @@ pub fn generate_kept<B: Kernels>(
     prompts: &[Vec<u32>],
     kept: &mut [Option<KeptCache<B>>],
     sampling: &Sampling,
-    rng: &mut impl Rng,
+    rng: &mut (impl Rng + Send),
 ) -> Vec<Generation> {
     assert_eq!(kept.len(), prompts.len(), "one kept cache slot per prompt");
-    decode(policy, prompts, Some(kept), sampling, rng, None)
+    // On a pool thread, as `generate` runs.
+    rayon::scope(|_| decode(policy, prompts, Some(kept), sampling, rng, None))
 }
 
 /// [`generate`], [`generate_kept`] and [`generate_switching`]: prefill, then one token per
