@@ -118,6 +118,12 @@ def main():
     parser.add_argument(
         "--lora", type=int, default=0, help="train PEFT LoRA adapters of this rank (transformers' Llama)"
     )
+    parser.add_argument(
+        "--matmul-precision",
+        choices=["highest", "high", "medium"],
+        default="highest",
+        help="torch.set_float32_matmul_precision (bf16 on CPUs with AMX: oneDNN)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.batch, args.seq, args.vocab, args.layers = 2, 32, 256, 2
@@ -125,6 +131,7 @@ def main():
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    torch.set_float32_matmul_precision(args.matmul_precision)
     torch.manual_seed(0)
     if args.generate:
         generate(args)

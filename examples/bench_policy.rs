@@ -42,6 +42,8 @@
 //! (its head in Q8_0), as SmolLM2's GGUF file holds them
 //! ([`Policy::with_quantized_base`]): decode steps multiply by the blocks. transformers, which
 //! dequantizes a GGUF file to f32, runs f32 products on the PyTorch side.
+//! `--matmul-precision medium` sets both sides' products to PyTorch's `medium`
+//! ([`matmul::Precision`]): bf16 operands on CPUs with AMX tiles, f32 elsewhere.
 //! `--recompute` recomputes each block's activations in the backward pass
 //! (`train { recompute = true }`; transformers' gradient checkpointing on the PyTorch side).
 //!
@@ -57,6 +59,7 @@ use agentry::model::{Policy, PolicyConfig, Sampling, generate, generate_uncached
 use agentry::optim::{PolicyOptimizer, clip_global_norm};
 use agentry::spec;
 use agentry_kernels::blocks::BlockFormat;
+use agentry_kernels::matmul::{self, Precision};
 use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
 use burn::tensor::activation::log_softmax;
@@ -122,6 +125,10 @@ struct Args {
     /// as a GGUF file's quantized model is: decode steps multiply by the blocks.
     #[arg(long, value_parser = ["q4_1", "q8_0"])]
     blocks: Option<String>,
+    /// Products' precision, PyTorch's `torch.set_float32_matmul_precision` on both sides:
+    /// `medium` rounds the large products' operands to bf16 on CPUs with AMX tiles.
+    #[arg(long, value_parser = ["highest", "medium"], default_value = "highest")]
+    matmul_precision: String,
 }
 
 /// The sizes of one benchmark run.
@@ -240,6 +247,8 @@ fn measure(args: &Args) -> agentry::Result<()> {
     // burn's flex backend and Agentry's kernels run on rayon's global pool, which honours
     // RAYON_NUM_THREADS; the PyTorch twin is given the same count.
     let threads = rayon::current_num_threads();
+    let precision: Precision = args.matmul_precision.parse().map_err(anyhow::Error::msg)?;
+    matmul::set_precision(precision);
     // What a run on flex does first (`device::dispatch`), unless asked to measure without it.
     let freed_memory = if args.default_malloc {
         agentry::device::FreedMemory::AllocatorDefault
@@ -248,8 +257,8 @@ fn measure(args: &Args) -> agentry::Result<()> {
     };
     println!(
         "bench_policy{}{}{} --model {}: {} layers, d_model {}, {} heads / {} key-value heads, \
-         ffn {}, vocab {}, {} embeddings; flex backend, {threads} CPU thread{}, {}; freed \
-         memory: {freed_memory}",
+         ffn {}, vocab {}, {} embeddings; flex backend, {threads} CPU thread{}, {}; products \
+         {precision}{}; freed memory: {freed_memory}",
         if args.quick { " --quick" } else { "" },
         if args.decomposed { " --decomposed" } else { "" },
         if args.default_malloc {
@@ -271,6 +280,11 @@ fn measure(args: &Args) -> agentry::Result<()> {
         },
         if threads == 1 { "" } else { "s" },
         agentry_kernels::simd::Level::detected(),
+        match (precision, precision.reduced_here()) {
+            (Precision::Highest, _) => "",
+            (_, true) => " (bf16 on AMX tiles)",
+            (_, false) => " (no AMX tiles here: f32)",
+        },
     );
     let mut rng = ChaCha8Rng::seed_from_u64(0);
 
@@ -597,6 +611,7 @@ fn run_torch(
         .args(["--new-tokens", &sizes.new_tokens.to_string()])
         .args(["--steps", &sizes.steps.to_string()])
         .args(["--threads", &threads.to_string()])
+        .args(["--matmul-precision", matmul::precision().name()])
         .args(if sizes.tie_embeddings {
             &[][..]
         } else {

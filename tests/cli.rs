@@ -1179,6 +1179,31 @@ fn without_param_ids(mut bytes: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
+/// Runs `file` into `out_dir` on `threads` CPU threads (one through `RAYON_NUM_THREADS`, more
+/// through `--threads`: both ways of sizing the pool); its one run directory.
+fn run_on_threads(
+    file: &std::path::Path,
+    out_dir: &std::path::Path,
+    threads: usize,
+) -> std::path::PathBuf {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
+    command
+        .args(["run", file.to_str().unwrap(), "--quiet", "--out"])
+        .arg(out_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match threads {
+        1 => command.env("RAYON_NUM_THREADS", "1"),
+        _ => command
+            .args(["--threads", &threads.to_string()])
+            .env_remove("RAYON_NUM_THREADS"),
+    };
+    let out = command.output().expect("the agentry binary runs");
+    assert_success(&out);
+    let mut dirs = run_dirs(out_dir);
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.pop().unwrap()
+}
+
 #[test]
 fn a_seed_gives_the_same_run_with_one_rayon_thread_or_two() {
     let root = common::scratch_in("cli", "cli-threads");
@@ -1205,25 +1230,8 @@ fn a_seed_gives_the_same_run_with_one_rayon_thread_or_two() {
     // One thread from the environment, two from `--threads`: both ways of sizing the pool.
     let runs: Vec<Vec<(String, Vec<u8>)>> = [1, 2]
         .map(|threads| {
-            let out_dir = root.join(format!("threads-{threads}"));
-            let mut command = Command::new(env!("CARGO_BIN_EXE_agentry"));
-            command
-                .args(["run", file.to_str().unwrap(), "--quiet", "--out"])
-                .arg(&out_dir)
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            match threads {
-                1 => command.env("RAYON_NUM_THREADS", "1"),
-                _ => command
-                    .args(["--threads", "2"])
-                    .env_remove("RAYON_NUM_THREADS"),
-            };
-            let out = command.output().expect("the agentry binary runs");
-            assert_success(&out);
-            let mut dirs = run_dirs(&out_dir);
-            assert_eq!(dirs.len(), 1, "{dirs:?}");
-            let dir = dirs.pop().unwrap();
-            let summary: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+            let dir = run_on_threads(&file, &root.join(format!("threads-{threads}")), threads);
+            let summary = common::json(&dir.join("summary.json"));
             assert_eq!(
                 summary["cpu_threads"], threads,
                 "the summary records the pool's size"
@@ -1757,4 +1765,66 @@ fn node_flags_are_checked_before_any_work() {
         String::from_utf8_lossy(&out.stderr).contains("--orchestrator"),
         "clap names the missing flag"
     );
+}
+
+#[test]
+fn medium_matmul_precision_is_recorded_repeats_on_any_thread_count_and_is_bf16_only_with_amx() {
+    let root = common::scratch_in("cli", "cli-precision");
+    // Wide enough that the SwiGLU's down projection (`[tokens, 256] · [256, 64]`) and the
+    // weights' gradients (`[64, tokens] · [tokens, 256]`) are products the AMX tiles take.
+    let source = |precision: &str| {
+        format!(
+            r#"experiment precision {{
+    seed = 5
+    device = flex
+    matmul_precision = {precision}
+    model policy {{ arch = transformer {{ layers = 1, d_model = 64, heads = 2, ffn = 256, context = 256 }} }}
+    task kg {{ env = kg, max_turns = 2, difficulty = 1 }}
+    algorithm grpo {{ group_size = 2 }}
+    train {{
+        steps = 1, batch = 4, lr = 1e-3, max_new_tokens = 8
+        warmup = sft {{ steps = 3, demonstrations = 8, batch = 4 }}
+    }}
+    eval {{ episodes = 2 }}
+}}
+"#
+        )
+    };
+    let run = |precision: &str, threads: usize| {
+        let file = root.join(format!("{precision}.arl"));
+        std::fs::write(&file, source(precision)).unwrap();
+        let dir = run_on_threads(&file, &root.join(format!("{precision}-{threads}")), threads);
+        let summary = common::json(&dir.join("summary.json"));
+        let recorded = summary["matmul_precision"].as_str().unwrap().to_string();
+        (run_contents(&dir), recorded)
+    };
+    let (medium, recorded) = run("medium", 1);
+    let (medium_two, _) = run("medium", 2);
+    assert!(
+        medium == medium_two,
+        "a run at medium precision differs between one thread and two"
+    );
+    let (highest, highest_recorded) = run("highest", 1);
+    assert_eq!(highest_recorded, "highest");
+    let file = |run: &[(String, Vec<u8>)], name: &str| {
+        run.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, bytes)| bytes.clone())
+            .unwrap()
+    };
+    let same =
+        ["metrics.jsonl", "policy.mpk"].map(|name| file(&medium, name) == file(&highest, name));
+    match recorded.as_str() {
+        "medium (bf16 on AMX tiles)" => assert_eq!(
+            same,
+            [false, false],
+            "bf16 products left the warm-up's losses and weights unchanged"
+        ),
+        "medium (f32: this CPU has no AMX tiles)" => assert_eq!(
+            same,
+            [true, true],
+            "without AMX, medium must compute what highest does"
+        ),
+        other => panic!("summary.json records matmul_precision {other:?}"),
+    }
 }

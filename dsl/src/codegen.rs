@@ -19,8 +19,8 @@ use quote::quote;
 use crate::spec::{
     AdvantageNorm, Aggregation, Algorithm, AlgorithmKind, Arch, BuiltinEnv, Clip, Credit, Device,
     Difficulty, EnvRef, Eval, EvalDecoding, Experiment, Filter, Finetune, Interrupt, Kl,
-    KlEstimator, KlPlacement, Model, Optimizer, Placement, Pool, PoolMode, Schedule, SftSource,
-    Split, Stage, Sweep, Task, Train, ValueHead, Warmup,
+    KlEstimator, KlPlacement, MatmulPrecision, Model, Optimizer, Placement, Pool, PoolMode,
+    Schedule, SftSource, Split, Stage, Sweep, Task, Train, ValueHead, Warmup,
 };
 
 /// The items for one experiment: a unit struct named after it and its `::agentry::Experiment`
@@ -188,6 +188,13 @@ fn experiment(spec: &Experiment) -> TokenStream {
             Device::Cuda => "Cuda",
         },
     );
+    let matmul_precision = variant(
+        "MatmulPrecision",
+        match spec.matmul_precision {
+            MatmulPrecision::Highest => "Highest",
+            MatmulPrecision::Medium => "Medium",
+        },
+    );
     let model = model(&spec.model);
     let tasks = vec(spec.tasks.iter().map(task));
     let stages = vec(spec.curriculum.iter().map(stage));
@@ -201,6 +208,7 @@ fn experiment(spec: &Experiment) -> TokenStream {
             name: #name,
             seed: #seed,
             device: #device,
+            matmul_precision: #matmul_precision,
             model: #model,
             tasks: #tasks,
             curriculum: #stages,

@@ -17,6 +17,10 @@ pub struct Experiment {
     pub seed: u64,
     /// Where tensors live; a command-line `--device` overrides it.
     pub device: Device,
+    /// How exactly flex's large matrix products are computed (PyTorch's
+    /// `torch.set_float32_matmul_precision`).
+    #[serde(default)]
+    pub matmul_precision: MatmulPrecision,
     /// The policy.
     pub model: Model,
     /// The tasks, in file order; at least one, names unique.
@@ -50,6 +54,19 @@ pub enum Device {
     Vulkan,
     /// CUDA.
     Cuda,
+}
+
+/// `matmul_precision`: how exactly flex's large matrix products are computed, as PyTorch's
+/// `torch.set_float32_matmul_precision` levels of the same names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MatmulPrecision {
+    /// f32 products: the same bits on every machine with the same vector width.
+    #[default]
+    Highest,
+    /// Operands rounded to bf16 and summed in f32, on Intel's AMX tiles where the CPU has them
+    /// (f32 elsewhere); a decode step's few rows and attention stay in f32.
+    Medium,
 }
 
 /// The policy model block: `model NAME { ... }`.

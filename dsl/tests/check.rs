@@ -5,7 +5,8 @@ mod common;
 use agentry_dsl::check;
 use agentry_dsl::spec::{
     AdvantageNorm, Aggregation, AlgorithmKind, Arch, Credit, EnvRef, EvalDecoding, Interrupt,
-    KlEstimator, KlPlacement, Optimizer, Placement, PoolMode, Schedule, SftSource, Split, Warmup,
+    KlEstimator, KlPlacement, MatmulPrecision, Optimizer, Placement, PoolMode, Schedule, SftSource,
+    Split, Warmup,
 };
 use common::{MINIMAL, MULTITASK, at, error, errors, text};
 
@@ -262,6 +263,49 @@ fn unknown_choice_suggests_the_closest() {
     let d = error(&MINIMAL.replace("experiment tiny {", "experiment tiny {\n    device = cdua"));
     assert_eq!(d.message, "unknown value `cdua` for `device`");
     assert_eq!(d.hint.as_deref(), Some("did you mean `cuda`?"));
+}
+
+#[test]
+fn matmul_precision_is_highest_unless_the_file_says_medium() {
+    assert_eq!(
+        check(MINIMAL).unwrap().into_inner().matmul_precision,
+        MatmulPrecision::Highest
+    );
+    let source = MINIMAL.replace(
+        "experiment tiny {",
+        "experiment tiny {\n    matmul_precision = medium",
+    );
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
+    assert_eq!(spec.into_inner().matmul_precision, MatmulPrecision::Medium);
+    let source = MINIMAL.replace(
+        "experiment tiny {",
+        "experiment tiny {\n    matmul_precision = high",
+    );
+    let d = error(&source);
+    assert_eq!(d.message, "unknown value `high` for `matmul_precision`");
+    assert_eq!(text(&source, &d), "high");
+    assert!(d.hint.unwrap().contains("medium"));
+}
+
+#[test]
+fn matmul_precision_can_be_ablated() {
+    let source = with(
+        "train {",
+        "sweep { ablate matmul_precision = medium }\n    train {",
+    );
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
+    let spec = spec.into_inner();
+    assert_eq!(spec.matmul_precision, MatmulPrecision::Highest);
+    let ablations = spec.sweep.unwrap().ablations;
+    assert_eq!(
+        ablations[0].experiment.matmul_precision,
+        MatmulPrecision::Medium
+    );
+    let d = error(&with(
+        "train {",
+        "sweep { ablate matmul_precision.x = medium }\n    train {",
+    ));
+    assert_eq!(d.message, "`matmul_precision` has no keys inside it");
 }
 
 #[test]

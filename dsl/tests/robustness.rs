@@ -116,7 +116,7 @@ proptest! {
 
     #[test]
     fn minimal_variants_check_or_report(value in prop::sample::select(TOKENS)) {
-        for key in ["seed", "device"] {
+        for key in ["seed", "device", "matmul_precision"] {
             let source = common::MINIMAL.replace("experiment tiny {", &format!("experiment tiny {{\n {key} = {value}"));
             check_all(&source);
         }

@@ -1,10 +1,90 @@
 //! Matrix products through the `gemm` crate (the one burn's flex backend uses), behind a
-//! bounds-checked safe API: with `stream`'s vector loads, the only `unsafe` in the crate.
-//! [`product`] hands a decode step's few-row products to `stream`, which reads each weight
-//! once in memory order instead of packing it.
+//! bounds-checked safe API. [`product`] hands a decode step's few-row products to `stream`,
+//! which reads each weight once in memory order instead of packing it; at
+//! [`Precision::Medium`] the large products go to `amx`, bf16 on Intel's AMX tiles.
 #![allow(unsafe_code)]
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod stream;
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// How exactly products of f32 matrices are computed: two of PyTorch's
+/// `torch.set_float32_matmul_precision` levels, with the arithmetic oneDNN gives them on CPUs
+/// with AMX. Set for the whole process by [`set_precision`].
+///
+/// [`Precision::Medium`] trades the bits this crate's tests pin for speed where the CPU has
+/// AMX's bf16 tiles (Intel Xeon from Sapphire Rapids on), and is [`Precision::Highest`]
+/// elsewhere. Either way a run is deterministic on one machine for any thread count. Products
+/// too small to pay for packing the tiles (a decode step's few rows, attention's tiles) stay in
+/// f32. PyTorch's `high` (three bf16 products) measured no faster than f32 here: see `amx`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precision {
+    /// f32 products (`gemm`).
+    #[default]
+    Highest,
+    /// Both operands rounded to bf16 (8 bits of mantissa) and the products summed in f32:
+    /// errors near 2⁻⁸ of `Σ|a||b|`.
+    Medium,
+}
+
+impl Precision {
+    /// Its name, as PyTorch spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Highest => "highest",
+            Precision::Medium => "medium",
+        }
+    }
+
+    /// Whether products at this precision run other than in f32 on this machine.
+    pub fn reduced_here(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self != Precision::Highest && amx::available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Precision::Highest, Precision::Medium]
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown matmul precision `{s}`: expected highest or medium"))
+    }
+}
+
+/// The process's [`Precision`], as its index.
+static PRECISION: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the precision of every later product in the process ([`matmul`], [`product`] and the
+/// kernels built on them), like `torch.set_float32_matmul_precision`.
+pub fn set_precision(precision: Precision) {
+    PRECISION.store(precision as u8, Ordering::Relaxed);
+}
+
+/// The process's product precision ([`Precision::Highest`] unless [`set_precision`] said
+/// otherwise).
+pub fn precision() -> Precision {
+    match PRECISION.load(Ordering::Relaxed) {
+        1 => Precision::Medium,
+        _ => Precision::Highest,
+    }
+}
 
 /// A read-only strided view of a `rows × cols` f32 matrix: element `(i, j)` is
 /// `data[i * row_stride + j * col_stride]`.
@@ -350,6 +430,14 @@ unsafe fn product_raw(
     threads: Threads,
 ) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if precision() == Precision::Medium && amx::worth(m, n, k) && amx::available() {
+            // SAFETY: AMX is available; `dst` is as this function's contract says.
+            unsafe { amx::product(dst, lhs, rhs, scale, accumulate, threads == Threads::Pool) };
+            return;
+        }
+    }
     let pool = threads.count();
     let one = |out: *mut f32, lhs: MatRef<'_>, rhs: MatRef<'_>| {
         let stride = |s: usize| s as isize;

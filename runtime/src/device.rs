@@ -5,7 +5,7 @@
 //! always there; `wgpu`, `vulkan` and `cuda` are cargo features. The wgpu adapter follows
 //! cubecl's `CUBECL_WGPU_DEFAULT_DEVICE` (`Cpu` selects Mesa's lavapipe).
 
-use agentry_dsl::spec::{Device, Placement};
+use agentry_dsl::spec::{Device, MatmulPrecision, Placement};
 use burn::tensor::backend::{Backend, Device as _, DeviceId};
 
 use crate::model::TrainBackend;
@@ -103,6 +103,33 @@ pub fn engine_devices<B: Backend>(
             }
         })
         .collect()
+}
+
+/// Sets the precision of flex's matrix products for the whole process, as a run's
+/// `matmul_precision` asks (every run of a process, its warm-up, rollouts and updates, computes
+/// with it), and says what it does here ([`describe_matmul_precision`]). Other backends than
+/// flex do not read it.
+pub fn set_matmul_precision(precision: MatmulPrecision) -> &'static str {
+    agentry_kernels::matmul::set_precision(kernel_precision(precision));
+    describe_matmul_precision(precision)
+}
+
+/// What `precision` does on this machine: `highest`, `medium (bf16 on AMX tiles)`, or `medium
+/// (f32: this CPU has no AMX tiles)`.
+pub fn describe_matmul_precision(precision: MatmulPrecision) -> &'static str {
+    match (precision, kernel_precision(precision).reduced_here()) {
+        (MatmulPrecision::Highest, _) => "highest",
+        (MatmulPrecision::Medium, true) => "medium (bf16 on AMX tiles)",
+        (MatmulPrecision::Medium, false) => "medium (f32: this CPU has no AMX tiles)",
+    }
+}
+
+fn kernel_precision(precision: MatmulPrecision) -> agentry_kernels::matmul::Precision {
+    use agentry_kernels::matmul::Precision;
+    match precision {
+        MatmulPrecision::Highest => Precision::Highest,
+        MatmulPrecision::Medium => Precision::Medium,
+    }
 }
 
 /// Sizes the pool of CPU threads flex's kernels run on (rayon's global pool). Without a call

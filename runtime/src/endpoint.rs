@@ -241,6 +241,7 @@ pub fn evaluate_endpoint(
         run_dir: run_dir.path().to_path_buf(),
         device: format!("endpoint: {}", endpoint.describe()),
         cpu_threads: crate::device::cpu_threads(),
+        matmul_precision: "none here: the endpoint computes".to_string(),
         after_warmup: None,
         after_warmup_sampled: None,
         after_rl: evaluations

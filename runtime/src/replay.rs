@@ -263,6 +263,8 @@ pub fn replay(
             chat: &chat,
             weights: &weights,
         };
+        // The run's own products, so its log-probs are re-scored as it computed them.
+        device::set_matmul_precision(run.spec.matmul_precision);
         let (lines, first) =
             device::dispatch(device.unwrap_or(Device::Flex), work).map_err(RunError::from)??;
         checks.extend(lines);

@@ -372,6 +372,9 @@ fn end_of_warmup_checkpoints(
 struct WarmupInputs<'a> {
     seed: u64,
     device: &'a spec::Device,
+    /// Left out at its default, so warm-ups recorded before the key existed still match.
+    #[serde(skip_serializing_if = "is_highest")]
+    matmul_precision: &'a spec::MatmulPrecision,
     model: &'a spec::Model,
     tasks: &'a [spec::Task],
     curriculum: &'a [spec::Stage],
@@ -393,6 +396,11 @@ struct WarmupInputs<'a> {
     eval_decoding: spec::EvalDecoding,
 }
 
+/// Whether products are f32 (`matmul_precision`'s default).
+fn is_highest(precision: &&spec::MatmulPrecision) -> bool {
+    **precision == spec::MatmulPrecision::Highest
+}
+
 impl<'a> WarmupInputs<'a> {
     /// `None` when the run has no warm-up.
     fn of(spec: &'a spec::Experiment) -> Option<Self> {
@@ -400,6 +408,7 @@ impl<'a> WarmupInputs<'a> {
             name: _,
             seed,
             device,
+            matmul_precision,
             model,
             tasks,
             curriculum,
@@ -472,6 +481,7 @@ impl<'a> WarmupInputs<'a> {
         Some(WarmupInputs {
             seed: *seed,
             device,
+            matmul_precision,
             model,
             tasks,
             curriculum,

@@ -22,10 +22,10 @@ mod train;
 use crate::ast::{Block, ExperimentDecl, File, Ident, ItemKind};
 use crate::checked::Checked;
 use crate::diagnostics::{Diagnostic, Diagnostics, one_of, suggest};
-use crate::spec::{Device, Eval, Experiment, Pool};
+use crate::spec::{Device, Eval, Experiment, MatmulPrecision, Pool};
 
 /// The top-level keys of an experiment.
-const TOP_KEYS: &[&str] = &["seed", "device"];
+const TOP_KEYS: &[&str] = &["seed", "device", "matmul_precision"];
 
 /// The blocks an experiment may contain.
 const SECTIONS: &[&str] = &[
@@ -156,6 +156,17 @@ impl Checker {
             ),
             None => Some(Device::default()),
         };
+        let matmul_precision = match get("matmul_precision") {
+            Some(v) => self.choice(
+                "matmul_precision",
+                v,
+                &[
+                    ("highest", MatmulPrecision::Highest),
+                    ("medium", MatmulPrecision::Medium),
+                ],
+            ),
+            None => Some(MatmulPrecision::default()),
+        };
 
         let model = self
             .single(&sections, "model", &decl.name, true)
@@ -207,6 +218,7 @@ impl Checker {
             name: decl.name.name.clone(),
             seed: seed?,
             device: device?,
+            matmul_precision: matmul_precision?,
             model: model?,
             tasks: tasks?,
             curriculum: curriculum?,

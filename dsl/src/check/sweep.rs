@@ -14,6 +14,7 @@ use super::{Checker, Section};
 const ROOTS: &[&str] = &[
     "seed",
     "device",
+    "matmul_precision",
     "model",
     "task",
     "curriculum",
@@ -365,7 +366,7 @@ fn apply(
         .first()
         .map_or(root.span, |f| f.span.to(path[path.len() - 1].span));
     match root.name.as_str() {
-        "seed" | "device" => {
+        "seed" | "device" | "matmul_precision" => {
             if let Some(extra) = rest.first() {
                 return Err(Diagnostic::new(
                     extra.span,

@@ -123,6 +123,8 @@ pub struct RunSummary {
     pub device: String,
     /// CPU threads of flex's kernels (and the host side of any device).
     pub cpu_threads: usize,
+    /// `matmul_precision`, and what it did here (`medium (bf16 on AMX tiles)`).
+    pub matmul_precision: String,
     /// Evaluation after the supervised warm-up (before any RL), when there was a warm-up:
     /// greedy, or sampled when `eval.decoding = sampled`.
     pub after_warmup: Option<Evaluation>,
@@ -354,6 +356,11 @@ struct Trainer<B: TrainBackend> {
 impl<B: TrainBackend> Trainer<B> {
     fn run(mut self) -> Result<RunSummary, RunError> {
         let out = Progress::new(0, "", true);
+        let precision = device::set_matmul_precision(self.spec.matmul_precision);
+        let products = match self.spec.matmul_precision {
+            spec::MatmulPrecision::Highest => String::new(),
+            spec::MatmulPrecision::Medium => format!(", products {precision}"),
+        };
         let per_node = self.spec.train.data_parallel;
         let replicas = match &self.options.nodes {
             Some(nodes) => format!(
@@ -365,7 +372,7 @@ impl<B: TrainBackend> Trainer<B> {
             None => format!(" ({per_node} data-parallel replicas)"),
         };
         out.println(format!(
-            "experiment `{}` on {}{replicas} | {} tasks | {} demonstrations | vocab {}",
+            "experiment `{}` on {}{replicas}{products} | {} tasks | {} demonstrations | vocab {}",
             self.spec.name,
             self.device_name,
             self.tasks.len(),
@@ -535,6 +542,8 @@ impl<B: TrainBackend> Trainer<B> {
             run_dir: self.run_dir.path().to_path_buf(),
             device: self.device_name.clone(),
             cpu_threads: device::cpu_threads(),
+            matmul_precision: device::describe_matmul_precision(self.spec.matmul_precision)
+                .to_string(),
             after_warmup_sampled: after_warmup.as_ref().and_then(|e| e.sampled.clone()),
             after_warmup: after_warmup.map(|e| e.first),
             after_rl_sampled: after_rl.sampled,

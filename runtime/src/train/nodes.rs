@@ -561,14 +561,17 @@ fn agreed(specs: &[spec::Experiment], device: Option<Device>) -> Result<(usize, 
         refuse_unsupported(spec)?;
         if device::resolve(device.unwrap_or(spec.device)) != kind
             || spec.train.data_parallel != first.train.data_parallel
+            || spec.matmul_precision != first.matmul_precision
         {
             return Err(RunError::Unsupported(format!(
                 "every experiment of a multi-node invocation must run on the same device with \
-                 the same `train.data_parallel` (`{}` and `{}` differ)",
+                 the same `train.data_parallel` and `matmul_precision` (`{}` and `{}` differ)",
                 first.name, spec.name
             )));
         }
     }
+    // The followers' gradients come from the same products as the leader's.
+    device::set_matmul_precision(first.matmul_precision);
     Ok((first.train.data_parallel, kind))
 }
 
