@@ -258,7 +258,7 @@ fn measure(args: &Args) -> agentry::Result<()> {
     println!(
         "bench_policy{}{}{} --model {}: {} layers, d_model {}, {} heads / {} key-value heads, \
          ffn {}, vocab {}, {} embeddings; flex backend, {threads} CPU thread{}, {}; products \
-         {precision}{}; freed memory: {freed_memory}",
+         {}; freed memory: {freed_memory}",
         if args.quick { " --quick" } else { "" },
         if args.decomposed { " --decomposed" } else { "" },
         if args.default_malloc {
@@ -280,11 +280,7 @@ fn measure(args: &Args) -> agentry::Result<()> {
         },
         if threads == 1 { "" } else { "s" },
         agentry_kernels::simd::Level::detected(),
-        match (precision, precision.reduced_here()) {
-            (Precision::Highest, _) => "",
-            (_, true) => " (bf16 on AMX tiles)",
-            (_, false) => " (no AMX tiles here: f32)",
-        },
+        precision.describe(),
     );
     let mut rng = ChaCha8Rng::seed_from_u64(0);
 

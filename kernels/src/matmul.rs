@@ -38,6 +38,16 @@ impl Precision {
         }
     }
 
+    /// What it does on this machine: `highest`, `medium (bf16 on AMX tiles)`, or `medium (f32:
+    /// this CPU has no AMX tiles)`.
+    pub fn describe(self) -> &'static str {
+        match (self, self.reduced_here()) {
+            (Precision::Highest, _) => "highest",
+            (Precision::Medium, true) => "medium (bf16 on AMX tiles)",
+            (Precision::Medium, false) => "medium (f32: this CPU has no AMX tiles)",
+        }
+    }
+
     /// Whether products at this precision run other than in f32 on this machine.
     pub fn reduced_here(self) -> bool {
         #[cfg(target_arch = "x86_64")]

@@ -114,14 +114,9 @@ pub fn set_matmul_precision(precision: MatmulPrecision) -> &'static str {
     describe_matmul_precision(precision)
 }
 
-/// What `precision` does on this machine: `highest`, `medium (bf16 on AMX tiles)`, or `medium
-/// (f32: this CPU has no AMX tiles)`.
+/// What `precision` does on this machine ([`agentry_kernels::matmul::Precision::describe`]).
 pub fn describe_matmul_precision(precision: MatmulPrecision) -> &'static str {
-    match (precision, kernel_precision(precision).reduced_here()) {
-        (MatmulPrecision::Highest, _) => "highest",
-        (MatmulPrecision::Medium, true) => "medium (bf16 on AMX tiles)",
-        (MatmulPrecision::Medium, false) => "medium (f32: this CPU has no AMX tiles)",
-    }
+    kernel_precision(precision).describe()
 }
 
 fn kernel_precision(precision: MatmulPrecision) -> agentry_kernels::matmul::Precision {

@@ -168,49 +168,32 @@ fn gather(
     }
 }
 
-/// `lhs` (`m × k`) as tiles of 16 rows by 32 of `k`.
-fn pack_lhs(lhs: MatRef<'_>, pool: bool) -> Packed {
-    let (m, k) = (lhs.rows, lhs.cols);
+/// A `blocks-side × k` operand as tiles of 16 of its rows by 32 of `k`, each element `(r, c)`
+/// of a tile at `place(r, c)`.
+fn pack(view: MatRef<'_>, pool: bool, place: impl Fn(usize, usize) -> usize + Sync) -> Packed {
+    let (rows, k) = (view.rows, view.cols);
     Packed::new(
-        m.div_ceil(TILE),
+        rows.div_ceil(TILE),
         k.div_ceil(DEPTH),
         pool,
         |block, chunk, tile| {
-            let rows = TILE.min(m - block * TILE);
-            let depth = DEPTH.min(k - chunk * DEPTH);
-            gather(
-                &lhs,
-                (block * TILE, chunk * DEPTH),
-                (rows, depth),
-                |r, c, v| {
-                    tile[r * DEPTH + c] = v;
-                },
-            );
+            let extent = (TILE.min(rows - block * TILE), DEPTH.min(k - chunk * DEPTH));
+            gather(&view, (block * TILE, chunk * DEPTH), extent, |r, c, v| {
+                tile[place(r, c)] = v;
+            });
         },
     )
+}
+
+/// `lhs` (`m × k`) as tiles of 16 rows by 32 of `k`.
+fn pack_lhs(lhs: MatRef<'_>, pool: bool) -> Packed {
+    pack(lhs, pool, |r, c| r * DEPTH + c)
 }
 
 /// `rhs` (`k × n`) as tiles of 32 of `k` by 16 columns, in AMX's pair layout: tile row `r`
 /// holds rows `2r` and `2r + 1` of the chunk interleaved, column by column.
 fn pack_rhs(rhs: MatRef<'_>, pool: bool) -> Packed {
-    let (k, n) = (rhs.rows, rhs.cols);
-    Packed::new(
-        n.div_ceil(TILE),
-        k.div_ceil(DEPTH),
-        pool,
-        |block, chunk, tile| {
-            let cols = TILE.min(n - block * TILE);
-            let depth = DEPTH.min(k - chunk * DEPTH);
-            gather(
-                &rhs,
-                (chunk * DEPTH, block * TILE),
-                (depth, cols),
-                |d, j, v| {
-                    tile[(d / 2) * DEPTH + 2 * j + d % 2] = v;
-                },
-            );
-        },
-    )
+    pack(rhs.t(), pool, |j, d| (d / 2) * DEPTH + 2 * j + d % 2)
 }
 
 /// The tile configuration: palette 1, all eight tiles 16 rows of 64 bytes.
