@@ -499,7 +499,10 @@ fn forward_blocked(
     out_tasks.into_par_iter().zip(lse_tasks).for_each_init(
         || Scratch::new(&ctx, blocks, false),
         |scratch, ((b, g, i0, out), (_, _, _, lse))| {
-            vectorized(|| forward_task(&ctx, blocks, scratch, b, g, i0, out, lse));
+            vectorized(
+                #[inline(always)]
+                || forward_task(&ctx, blocks, scratch, b, g, i0, out, lse),
+            );
         },
     );
 }
@@ -631,12 +634,15 @@ fn backward_blocked(
             .enumerate()
             .for_each(|(bh, delta)| {
                 let (b, h) = (bh / heads, bh % heads);
-                vectorized(|| {
-                    for (i, x) in delta.iter_mut().enumerate() {
-                        let at = ((b * q_len + i) * heads + h) * d;
-                        *x = dot(&out[at..at + d], &d_out[at..at + d]);
-                    }
-                });
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (i, x) in delta.iter_mut().enumerate() {
+                            let at = ((b * q_len + i) * heads + h) * d;
+                            *x = dot(&out[at..at + d], &d_out[at..at + d]);
+                        }
+                    },
+                );
             });
     }
     let delta = &delta[..];
@@ -672,7 +678,10 @@ fn backward_blocked(
         tasks.into_par_iter().for_each_init(
             || Scratch::new(&ctx, blocks, true),
             |scratch, (b, g, j0, dk, dv)| {
-                vectorized(|| key_grads_task(&ctx, &grads, blocks, scratch, b, g, j0, dk, dv));
+                vectorized(
+                    #[inline(always)]
+                    || key_grads_task(&ctx, &grads, blocks, scratch, b, g, j0, dk, dv),
+                );
             },
         );
     }
@@ -684,7 +693,10 @@ fn backward_blocked(
         tasks.into_par_iter().for_each_init(
             || Scratch::new(&ctx, blocks, true),
             |scratch, (b, g, i0, dq)| {
-                vectorized(|| query_grads_task(&ctx, &grads, blocks, scratch, b, g, i0, dq));
+                vectorized(
+                    #[inline(always)]
+                    || query_grads_task(&ctx, &grads, blocks, scratch, b, g, i0, dq),
+                );
             },
         );
     }

@@ -240,13 +240,21 @@ fn for_rows<S: Send>(
     if tile.len() >= PAR_MIN_ELEMS && rayon::current_num_threads() > 1 {
         tile.par_chunks_mut(cols)
             .zip(states.par_iter_mut())
-            .for_each(|(row, s)| vectorized(|| f(row, s)));
+            .for_each(|(row, s)| {
+                vectorized(
+                    #[inline(always)]
+                    || f(row, s),
+                )
+            });
     } else {
-        vectorized(|| {
-            for (row, s) in tile.chunks_mut(cols).zip(states.iter_mut()) {
-                f(row, s);
-            }
-        });
+        vectorized(
+            #[inline(always)]
+            || {
+                for (row, s) in tile.chunks_mut(cols).zip(states.iter_mut()) {
+                    f(row, s);
+                }
+            },
+        );
     }
 }
 
@@ -288,9 +296,21 @@ fn forward_tiled(
             let tile = &mut buf[..br * bc];
             logits_tile(tile, h, weight, v0, bc, tau);
             if want_entropy {
-                for_rows(tile, bc, states, |row, s| s.absorb::<true>(row, v0));
+                for_rows(
+                    tile,
+                    bc,
+                    states,
+                    #[inline(always)]
+                    |row, s| s.absorb::<true>(row, v0),
+                );
             } else {
-                for_rows(tile, bc, states, |row, s| s.absorb::<false>(row, v0));
+                for_rows(
+                    tile,
+                    bc,
+                    states,
+                    #[inline(always)]
+                    |row, s| s.absorb::<false>(row, v0),
+                );
             }
         }
         for (i, s) in states.iter().enumerate() {
@@ -532,9 +552,13 @@ fn backward_tiled(
                 let bc = cols.min(vocab - v0);
                 let tile = &mut buf[..br * bc];
                 logits_tile(tile, h, weight, v0, bc, tau);
-                for_rows(tile, bc, states, |row, s| {
-                    s.p_log_p += sum_p_log_p(row, s.lse)
-                });
+                for_rows(
+                    tile,
+                    bc,
+                    states,
+                    #[inline(always)]
+                    |row, s| s.p_log_p += sum_p_log_p(row, s.lse),
+                );
             }
         }
         let d_hidden_block = &mut d_hidden[r0 * d..(r0 + br) * d];
@@ -543,14 +567,26 @@ fn backward_tiled(
             let tile = &mut buf[..br * bc];
             logits_tile(tile, h, weight, v0, bc, tau);
             if entropy {
-                for_rows(tile, bc, states, |row, s| {
-                    if tiles == 1 {
-                        s.p_log_p = sum_p_log_p(row, s.lse);
-                    }
-                    s.grad::<true>(row, v0);
-                });
+                for_rows(
+                    tile,
+                    bc,
+                    states,
+                    #[inline(always)]
+                    |row, s| {
+                        if tiles == 1 {
+                            s.p_log_p = sum_p_log_p(row, s.lse);
+                        }
+                        s.grad::<true>(row, v0);
+                    },
+                );
             } else {
-                for_rows(tile, bc, states, |row, s| s.grad::<false>(row, v0));
+                for_rows(
+                    tile,
+                    bc,
+                    states,
+                    #[inline(always)]
+                    |row, s| s.grad::<false>(row, v0),
+                );
             }
             let dz = MatRef::row_major(tile, br, bc);
             matmul(

@@ -14,7 +14,7 @@
 use rayon::prelude::*;
 
 use crate::math::{exp, sigmoid};
-use crate::simd::vectorized;
+use crate::simd::{inlined, vectorized};
 
 /// Below this many elements a kernel runs on the calling thread: a rayon fork and join costs a
 /// few microseconds, about what 32k elements of these kernels take on one core.
@@ -117,23 +117,34 @@ pub fn rms_norm_forward(x: &[f32], gamma: &[f32], eps: f32, y: &mut [f32], inv_r
         y.len(),
         x.len()
     );
-    let rows = |x: &[f32], y: &mut [f32], inv_rms: &mut [f32]| {
-        for ((x, y), r) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(inv_rms) {
-            let inv = 1.0 / (sum_squares(x) / d as f32 + eps).sqrt();
-            *r = inv;
-            for ((y, x), g) in y.iter_mut().zip(x).zip(gamma) {
-                *y = x * inv * g;
+    let rows = inlined(
+        #[inline(always)]
+        |x: &[f32], y: &mut [f32], inv_rms: &mut [f32]| {
+            for ((x, y), r) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(inv_rms) {
+                let inv = 1.0 / (sum_squares(x) / d as f32 + eps).sqrt();
+                *r = inv;
+                for ((y, x), g) in y.iter_mut().zip(x).zip(gamma) {
+                    *y = x * inv * g;
+                }
             }
-        }
-    };
+        },
+    );
     if go_parallel(x.len()) {
         let per = rows_per_task(d);
         (x.par_chunks(per * d))
             .zip(y.par_chunks_mut(per * d))
             .zip(inv_rms.par_chunks_mut(per))
-            .for_each(|((x, y), r)| vectorized(|| rows(x, y, r)));
+            .for_each(|((x, y), r)| {
+                vectorized(
+                    #[inline(always)]
+                    || rows(x, y, r),
+                )
+            });
     } else {
-        vectorized(|| rows(x, y, inv_rms));
+        vectorized(
+            #[inline(always)]
+            || rows(x, y, inv_rms),
+        );
     }
 }
 
@@ -185,18 +196,21 @@ pub fn rms_norm_backward(
         d_gamma.len()
     );
     // One block of rows: writes its dx rows, adds its rows' share of d_gamma into `part`.
-    let block = |x: &[f32], dy: &[f32], inv_rms: &[f32], dx: &mut [f32], part: &mut [f32]| {
-        let rows = x.chunks_exact(d).zip(dy.chunks_exact(d));
-        for (((x, dy), dx), &r) in rows.zip(dx.chunks_exact_mut(d)).zip(inv_rms) {
-            let c = r * r * dot3(dy, gamma, x) / d as f32;
-            for ((((dx, p), x), dy), g) in
-                dx.iter_mut().zip(part.iter_mut()).zip(x).zip(dy).zip(gamma)
-            {
-                *dx = r * (g * dy - x * c);
-                *p += dy * x * r;
+    let block = inlined(
+        #[inline(always)]
+        |x: &[f32], dy: &[f32], inv_rms: &[f32], dx: &mut [f32], part: &mut [f32]| {
+            let rows = x.chunks_exact(d).zip(dy.chunks_exact(d));
+            for (((x, dy), dx), &r) in rows.zip(dx.chunks_exact_mut(d)).zip(inv_rms) {
+                let c = r * r * dot3(dy, gamma, x) / d as f32;
+                for ((((dx, p), x), dy), g) in
+                    dx.iter_mut().zip(part.iter_mut()).zip(x).zip(dy).zip(gamma)
+                {
+                    *dx = r * (g * dy - x * c);
+                    *p += dy * x * r;
+                }
             }
-        }
-    };
+        },
+    );
     let len = GAMMA_CHUNK_ROWS * d;
     d_gamma.fill(0.0);
     if go_parallel(x.len()) {
@@ -206,7 +220,10 @@ pub fn rms_norm_backward(
             .zip(dx.par_chunks_mut(len))
             .map(|(((x, dy), r), dx)| {
                 let mut part = vec![0.0; d];
-                vectorized(|| block(x, dy, r, dx, &mut part));
+                vectorized(
+                    #[inline(always)]
+                    || block(x, dy, r, dx, &mut part),
+                );
                 part
             })
             .collect();
@@ -220,7 +237,10 @@ pub fn rms_norm_backward(
             blocks.zip(inv_rms.chunks(GAMMA_CHUNK_ROWS).zip(dx.chunks_mut(len)))
         {
             part.fill(0.0);
-            vectorized(|| block(x, dy, r, dx, &mut part));
+            vectorized(
+                #[inline(always)]
+                || block(x, dy, r, dx, &mut part),
+            );
             add_assign(d_gamma, &part);
         }
     }
@@ -245,9 +265,17 @@ fn elementwise3(
         (a.par_chunks(TASK_ELEMS))
             .zip(b.par_chunks(TASK_ELEMS))
             .zip(out.par_chunks_mut(TASK_ELEMS))
-            .for_each(|((a, b), out)| vectorized(|| f(a, b, out)));
+            .for_each(|((a, b), out)| {
+                vectorized(
+                    #[inline(always)]
+                    || f(a, b, out),
+                )
+            });
     } else {
-        vectorized(|| f(a, b, out));
+        vectorized(
+            #[inline(always)]
+            || f(a, b, out),
+        );
     }
 }
 
@@ -264,12 +292,18 @@ pub fn swiglu_forward(gate: &[f32], up: &[f32], out: &mut [f32]) {
         up.len(),
         out.len()
     );
-    elementwise3(gate, up, out, |gate, up, out| {
-        for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-            // silu(g) · u, with silu(g) = g / (1 + e^-g) (one division, not two).
-            *o = g * u / (1.0 + exp(-g));
-        }
-    });
+    elementwise3(
+        gate,
+        up,
+        out,
+        #[inline(always)]
+        |gate, up, out| {
+            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                // silu(g) · u, with silu(g) = g / (1 + e^-g) (one division, not two).
+                *o = g * u / (1.0 + exp(-g));
+            }
+        },
+    );
 }
 
 /// SwiGLU's backward: d_gate = d_out ∘ up ∘ silu'(gate), d_up = d_out ∘ silu(gate)
@@ -297,23 +331,34 @@ pub fn swiglu_backward(
         d_gate.len(),
         d_up.len()
     );
-    let run = |gate: &[f32], up: &[f32], d_out: &[f32], d_gate: &mut [f32], d_up: &mut [f32]| {
-        let ins = gate.iter().zip(up).zip(d_out);
-        for (((&g, &u), &dout), (dg, du)) in ins.zip(d_gate.iter_mut().zip(d_up.iter_mut())) {
-            let s = sigmoid(g);
-            *du = dout * g * s;
-            *dg = dout * u * s * (1.0 + g * (1.0 - s));
-        }
-    };
+    let run = inlined(
+        #[inline(always)]
+        |gate: &[f32], up: &[f32], d_out: &[f32], d_gate: &mut [f32], d_up: &mut [f32]| {
+            let ins = gate.iter().zip(up).zip(d_out);
+            for (((&g, &u), &dout), (dg, du)) in ins.zip(d_gate.iter_mut().zip(d_up.iter_mut())) {
+                let s = sigmoid(g);
+                *du = dout * g * s;
+                *dg = dout * u * s * (1.0 + g * (1.0 - s));
+            }
+        },
+    );
     if go_parallel(len) {
         (gate.par_chunks(TASK_ELEMS))
             .zip(up.par_chunks(TASK_ELEMS))
             .zip(d_out.par_chunks(TASK_ELEMS))
             .zip(d_gate.par_chunks_mut(TASK_ELEMS))
             .zip(d_up.par_chunks_mut(TASK_ELEMS))
-            .for_each(|((((g, u), o), dg), du)| vectorized(|| run(g, u, o, dg, du)));
+            .for_each(|((((g, u), o), dg), du)| {
+                vectorized(
+                    #[inline(always)]
+                    || run(g, u, o, dg, du),
+                )
+            });
     } else {
-        vectorized(|| run(gate, up, d_out, d_gate, d_up));
+        vectorized(
+            #[inline(always)]
+            || run(gate, up, d_out, d_gate, d_up),
+        );
     }
 }
 
@@ -355,30 +400,41 @@ pub fn rope_in_place(
         cos.len(),
         sin.len()
     );
-    let run = |x: &mut [f32], cos: &[f32], sin: &[f32]| {
-        for ((x, cos), sin) in x
-            .chunks_exact_mut(row)
-            .zip(cos.chunks_exact(half))
-            .zip(sin.chunks_exact(half))
-        {
-            for head in x.chunks_exact_mut(head_dim) {
-                let (lo, hi) = head.split_at_mut(half);
-                if inverse {
-                    rotate::<true>(lo, hi, cos, sin);
-                } else {
-                    rotate::<false>(lo, hi, cos, sin);
+    let run = inlined(
+        #[inline(always)]
+        |x: &mut [f32], cos: &[f32], sin: &[f32]| {
+            for ((x, cos), sin) in x
+                .chunks_exact_mut(row)
+                .zip(cos.chunks_exact(half))
+                .zip(sin.chunks_exact(half))
+            {
+                for head in x.chunks_exact_mut(head_dim) {
+                    let (lo, hi) = head.split_at_mut(half);
+                    if inverse {
+                        rotate::<true>(lo, hi, cos, sin);
+                    } else {
+                        rotate::<false>(lo, hi, cos, sin);
+                    }
                 }
             }
-        }
-    };
+        },
+    );
     if go_parallel(x.len()) {
         let per = rows_per_task(row);
         (x.par_chunks_mut(per * row))
             .zip(cos.par_chunks(per * half))
             .zip(sin.par_chunks(per * half))
-            .for_each(|((x, c), s)| vectorized(|| run(x, c, s)));
+            .for_each(|((x, c), s)| {
+                vectorized(
+                    #[inline(always)]
+                    || run(x, c, s),
+                )
+            });
     } else {
-        vectorized(|| run(x, cos, sin));
+        vectorized(
+            #[inline(always)]
+            || run(x, cos, sin),
+        );
     }
 }
 
