@@ -20,15 +20,20 @@
 //! recomputed probabilities vanish even where a caller forgets the mask). Its gradients are zero.
 //!
 //! Parallelism and determinism: rayon splits work over independent outputs only — the forward
-//! pass and `dq` over (batch, kv head, query block), `dk`/`dv` over (batch, kv head, key block) —
-//! and each task reduces in a fixed order with single-threaded products, so results are
-//! bit-identical for any thread count. A query task takes the block's rows of every query head
-//! of its kv head at once: they share each key tile, so a decode step (one query per head)
-//! multiplies `heads / kv_heads` rows per product instead of one, and reads each kv row once.
-//! Its tasks are `batch × kv_heads`. The backward pass follows FlashAttention-2's two-pass
-//! scheme for race-free gradients: one pass per key block accumulates `dk`, `dv` over every
-//! query (of every head in its group) that sees it, another per query block accumulates `dq`;
-//! both recompute the probabilities from `lse` instead of storing them.
+//! pass over (batch, kv head, query block), the backward pass over (batch, kv head) — and each
+//! task reduces in a fixed order with single-threaded products, so results are bit-identical
+//! for any thread count. A query task takes the block's rows of every query head of its kv
+//! head at once: they share each key tile, so a decode step (one query per head) multiplies
+//! `heads / kv_heads` rows per product instead of one, and reads each kv row once. Its tasks
+//! are `batch × kv_heads`. The backward pass recomputes the probabilities from `lse` instead
+//! of storing them, once per tile: a task owns one kv head's `dk`, `dv` and the `dq` of its
+//! group's queries, walks the key blocks in order, accumulates each block's `dk`, `dv` over
+//! every query block that sees it and adds the same tiles' share into `dq`. FlashAttention-2
+//! instead adds into `dq` atomically (not deterministic) or, as this kernel did before, runs a
+//! second pass per query block that computes every tile's probabilities and score gradients
+//! again: two of seven tile products and half the `exp`s (30% of the backward pass at
+//! `head_dim` 32). The price is parallelism: `batch × kv_heads` tasks, 24 or more in
+//! the training steps measured, which keeps two to eight threads busy.
 
 use rayon::prelude::*;
 
@@ -291,6 +296,8 @@ struct Scratch {
     m: Vec<f32>,
     /// Per query row: the running sum (forward) or `D = dO · O` (backward).
     l: Vec<f32>,
+    /// Backward: `dq` of a task's every query block, in query-task order.
+    dq: Vec<f32>,
 }
 
 impl Scratch {
@@ -315,6 +322,7 @@ impl Scratch {
             acc2: vec![0.0; backward_only(keys * head_dim)],
             m: vec![0.0; rows],
             l: vec![0.0; rows],
+            dq: vec![0.0; backward_only(ctx.group * q_len * head_dim)],
         }
     }
 }
@@ -648,58 +656,40 @@ fn backward_blocked(
     let delta = &delta[..];
     let grads = Grads { lse, delta, d_out };
 
-    // Pass 1: dk, dv per (batch row, kv head, key block); rows past kv_len are zero.
-    if !dk.is_empty() {
-        let slot = |index: usize| {
-            let (bj, g) = (index / kv_heads, index % kv_heads);
-            (bj / kv_capacity * kv_heads + g) * kv_capacity + bj % kv_capacity
-        };
-        let mut dk_rows = reorder_rows(dk, d, slot);
-        let mut dv_rows = reorder_rows(dv, d, slot);
-        let mut tasks = Vec::new();
-        for (bg, (dk_rows, dv_rows)) in dk_rows
-            .chunks_mut(kv_capacity)
-            .zip(dv_rows.chunks_mut(kv_capacity))
-            .enumerate()
-        {
-            let (dk_used, dk_unused) = dk_rows.split_at_mut(kv_len);
-            let (dv_used, dv_unused) = dv_rows.split_at_mut(kv_len);
-            for row in dk_unused.iter_mut().chain(dv_unused) {
-                row.fill(0.0);
-            }
-            for (kb, (dk, dv)) in dk_used
-                .chunks_mut(blocks.k)
-                .zip(dv_used.chunks_mut(blocks.k))
-                .enumerate()
-            {
-                tasks.push((bg / kv_heads, bg % kv_heads, kb * blocks.k, dk, dv));
-            }
+    // One pass per (batch row, kv head): dk, dv key block by key block, dq summed over them.
+    let slot = |index: usize| {
+        let (bj, g) = (index / kv_heads, index % kv_heads);
+        (bj / kv_capacity * kv_heads + g) * kv_capacity + bj % kv_capacity
+    };
+    let mut dq_rows = query_rows(dq, &shape, blocks.q);
+    let mut dk_rows = reorder_rows(dk, d, slot);
+    let mut dv_rows = reorder_rows(dv, d, slot);
+    let mut dq_rest = &mut dq_rows[..];
+    let (mut dk_rest, mut dv_rest) = (&mut dk_rows[..], &mut dv_rows[..]);
+    let mut tasks = Vec::new();
+    for bg in 0..shape.batch * kv_heads {
+        let (dq, rest) = std::mem::take(&mut dq_rest).split_at_mut(ctx.group * q_len);
+        dq_rest = rest;
+        let (dk, rest) = std::mem::take(&mut dk_rest).split_at_mut(kv_capacity);
+        dk_rest = rest;
+        let (dv, rest) = std::mem::take(&mut dv_rest).split_at_mut(kv_capacity);
+        dv_rest = rest;
+        let (dk, dk_unused) = dk.split_at_mut(kv_len);
+        let (dv, dv_unused) = dv.split_at_mut(kv_len);
+        for row in dk_unused.iter_mut().chain(dv_unused) {
+            row.fill(0.0);
         }
-        tasks.into_par_iter().for_each_init(
-            || Scratch::new(&ctx, blocks, true),
-            |scratch, (b, g, j0, dk, dv)| {
-                vectorized(
-                    #[inline(always)]
-                    || key_grads_task(&ctx, &grads, blocks, scratch, b, g, j0, dk, dv),
-                );
-            },
-        );
+        tasks.push((bg / kv_heads, bg % kv_heads, dq, dk, dv));
     }
-
-    // Pass 2: dq per (batch row, kv head, query block).
-    if !dq.is_empty() {
-        let mut rows = query_rows(dq, &shape, blocks.q);
-        let tasks = query_tasks(&mut rows, &shape, blocks.q);
-        tasks.into_par_iter().for_each_init(
-            || Scratch::new(&ctx, blocks, true),
-            |scratch, (b, g, i0, dq)| {
-                vectorized(
-                    #[inline(always)]
-                    || query_grads_task(&ctx, &grads, blocks, scratch, b, g, i0, dq),
-                );
-            },
-        );
-    }
+    tasks.into_par_iter().for_each_init(
+        || Scratch::new(&ctx, blocks, true),
+        |scratch, (b, g, dq, dk, dv)| {
+            vectorized(
+                #[inline(always)]
+                || grads_task(&ctx, &grads, blocks, scratch, b, g, dq, dk, dv),
+            );
+        },
+    );
 }
 
 /// What the backward tasks read besides the inputs.
@@ -734,13 +724,45 @@ impl Ctx<'_> {
     }
 }
 
-/// `dk`, `dv` for keys `j0..j0 + dk.len()` of kv head `g`, batch row `b`: the sum over every
-/// query head of the group and every query block that sees one of these keys.
+/// dq, dk, dv of kv head `g`, batch row `b` (`dq`: the group's query rows in query-task
+/// order; `dk`, `dv`: its `kv_len` keys' rows), key block by key block: each tile's
+/// probabilities and score gradients are computed once, for all three (FlashAttention-2
+/// computes them twice, or adds `dq` atomically; here one task owns a kv head's `dq`).
 ///
 /// Always inlined, so that each of [`vectorized`]'s versions compiles it for its vector width.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn key_grads_task(
+fn grads_task(
+    ctx: &Ctx<'_>,
+    grads: &Grads<'_>,
+    blocks: Blocks,
+    scratch: &mut Scratch,
+    b: usize,
+    g: usize,
+    dq: &mut [&mut [f32]],
+    dk: &mut [&mut [f32]],
+    dv: &mut [&mut [f32]],
+) {
+    let d = ctx.shape.head_dim;
+    scratch.dq[..dq.len() * d].fill(0.0);
+    for (kb, (dk, dv)) in dk
+        .chunks_mut(blocks.k)
+        .zip(dv.chunks_mut(blocks.k))
+        .enumerate()
+    {
+        key_block(ctx, grads, blocks, scratch, b, g, kb * blocks.k, dk, dv);
+    }
+    for (dq, acc) in dq.iter_mut().zip(scratch.dq.chunks_exact(d)) {
+        dq.copy_from_slice(acc);
+    }
+}
+
+/// `dk`, `dv` for keys `j0..j0 + dk.len()` of kv head `g`, batch row `b` (the sum over every
+/// query head of the group and every query block that sees one of these keys), and those
+/// queries' share of `dq` added into the scratch's.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn key_block(
     ctx: &Ctx<'_>,
     grads: &Grads<'_>,
     blocks: Blocks,
@@ -773,7 +795,8 @@ fn key_grads_task(
         } else {
             0
         };
-        for i0 in (i_start..q_len).step_by(blocks.q) {
+        // Query blocks start at multiples of the block size, where `dq`'s blocks do.
+        for i0 in (i_start / blocks.q * blocks.q..q_len).step_by(blocks.q) {
             let n = blocks.q.min(q_len - i0);
             let rows = ctx.gather_backward(grads, scratch, b, g, i0, n);
             let Scratch {
@@ -785,6 +808,7 @@ fn key_grads_task(
                 acc2: dv_acc,
                 m: lse,
                 l: delta,
+                dq,
             } = &mut *scratch;
             let (q, d_out) = (&q[..rows * d], &d_out[..rows * d]);
             let (p, ds) = (&mut p[..rows * tl], &mut ds[..rows * tl]);
@@ -809,11 +833,22 @@ fn key_grads_task(
             for (row, (ds, p)) in ds.chunks_exact_mut(tl).zip(p.chunks_exact(tl)).enumerate() {
                 score_grad(ds, p, delta[row]);
             }
+            let ds_view = MatRef::row_major(ds, rows, tl);
             // dK += scale · dSᵀ Q
             matmul(
                 MatMut::row_major(&mut dk_acc[..tl * d], tl, d),
-                MatRef::row_major(ds, rows, tl).t(),
+                ds_view.t(),
                 MatRef::row_major(q, rows, d),
+                ctx.scale,
+                true,
+                Threads::One,
+            );
+            // dQ += scale · dS K, into the block's rows
+            let at = i0 * ctx.group * d;
+            matmul(
+                MatMut::row_major(&mut dq[at..at + rows * d], rows, d),
+                ds_view,
+                keys,
                 ctx.scale,
                 true,
                 Threads::One,
@@ -830,68 +865,6 @@ fn key_grads_task(
             dk.copy_from_slice(&scratch.acc[at..at + d]);
             dv.copy_from_slice(&scratch.acc2[at..at + d]);
         }
-    }
-}
-
-/// `dq` for positions `i0..` of the query heads of kv head `g`, batch row `b`, over the same
-/// key tiles as the forward pass.
-///
-/// Always inlined, so that each of [`vectorized`]'s versions compiles it for its vector width.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn query_grads_task(
-    ctx: &Ctx<'_>,
-    grads: &Grads<'_>,
-    blocks: Blocks,
-    scratch: &mut Scratch,
-    b: usize,
-    g: usize,
-    i0: usize,
-    dq: &mut [&mut [f32]],
-) {
-    let d = ctx.shape.head_dim;
-    let n = dq.len() / ctx.group;
-    let rows = ctx.gather_backward(grads, scratch, b, g, i0, n);
-    let Scratch {
-        q,
-        d_out,
-        s: p,
-        ds,
-        acc,
-        m: lse,
-        l: delta,
-        ..
-    } = scratch;
-    let (q, d_out, acc) = (&q[..rows * d], &d_out[..rows * d], &mut acc[..rows * d]);
-    acc.fill(0.0);
-    let end = ctx.hi(i0 + n - 1);
-    let mut j0 = ctx.lo(b);
-    while j0 < end {
-        let tl = blocks.k.min(end - j0);
-        let keys = ctx.kv_rows(ctx.k, b, g, j0, tl);
-        let (p, ds) = (&mut p[..rows * tl], &mut ds[..rows * tl]);
-        scores(p, q, keys, ctx.scale, d);
-        for (row, p) in p.chunks_exact_mut(tl).enumerate() {
-            let visible = ctx.hi(i0 + row % n).saturating_sub(j0).min(tl);
-            probabilities(p, visible, lse[row]);
-        }
-        // dP = dO Vᵀ, then dS = P ∘ (dP - D), then dQ += scale · dS K
-        scores(ds, d_out, ctx.kv_rows(ctx.v, b, g, j0, tl), 1.0, d);
-        for (row, (ds, p)) in ds.chunks_exact_mut(tl).zip(p.chunks_exact(tl)).enumerate() {
-            score_grad(ds, p, delta[row]);
-        }
-        matmul(
-            MatMut::row_major(acc, rows, d),
-            MatRef::row_major(ds, rows, tl),
-            keys,
-            ctx.scale,
-            true,
-            Threads::One,
-        );
-        j0 += tl;
-    }
-    for (dq, acc) in dq.iter_mut().zip(acc.chunks_exact(d)) {
-        dq.copy_from_slice(acc);
     }
 }
 
