@@ -16,9 +16,9 @@ fn main() {
         .map_or(1200, |a| a.parse().expect("ROWS is a positive integer"));
     let levels = [Precision::Highest, Precision::Medium];
     println!(
-        "{} threads; AMX bf16 tiles here: {}; {rows} rows",
+        "{} threads; {}; {rows} rows",
         rayon::current_num_threads(),
-        Precision::Medium.reduced_here()
+        Precision::Medium.describe()
     );
     println!("{:>22} {:>22} {:>22}", "product", "highest", "medium");
     for (k, n, name) in [

@@ -1,24 +1,24 @@
 //! Matrix products through the `gemm` crate (the one burn's flex backend uses), behind a
 //! bounds-checked safe API. [`product`] hands a decode step's few-row products to `stream`,
 //! which reads each weight once in memory order instead of packing it; at
-//! [`Precision::Medium`] the large products go to `amx`, bf16 on Intel's AMX tiles.
+//! [`Precision::Medium`] the large products go to `bf16`, on Intel's AMX tiles or AVX-512 BF16.
 #![allow(unsafe_code)]
 
 #[cfg(target_arch = "x86_64")]
-mod amx;
+mod bf16;
 mod stream;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// How exactly products of f32 matrices are computed: two of PyTorch's
 /// `torch.set_float32_matmul_precision` levels, with the arithmetic oneDNN gives them on CPUs
-/// with AMX. Set for the whole process by [`set_precision`].
+/// with bf16 products. Set for the whole process by [`set_precision`].
 ///
 /// [`Precision::Medium`] trades the bits this crate's tests pin for speed where the CPU has
-/// AMX's bf16 tiles (Intel Xeon from Sapphire Rapids on), and is [`Precision::Highest`]
-/// elsewhere. Either way a run is deterministic on one machine for any thread count. Products
+/// AMX's bf16 tiles (Intel Xeon from Sapphire Rapids on) or AVX-512 BF16 (AMD from Zen 4 on),
+/// and is [`Precision::Highest`] elsewhere. Either way a run is deterministic on one machine for any thread count. Products
 /// too small to pay for packing the tiles (a decode step's few rows, attention's tiles) stay in
-/// f32. PyTorch's `high` (three bf16 products) measured no faster than f32 here: see `amx`.
+/// f32. PyTorch's `high` (three bf16 products) measured no faster than f32 here: see `bf16`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Precision {
     /// f32 products (`gemm`).
@@ -38,25 +38,34 @@ impl Precision {
         }
     }
 
-    /// What it does on this machine: `highest`, `medium (bf16 on AMX tiles)`, or `medium (f32:
-    /// this CPU has no AMX tiles)`.
+    /// What it does on this machine: `highest`, `medium (bf16 on AMX tiles)`, `medium (bf16
+    /// by AVX-512 BF16)`, or `medium (f32: this CPU has no bf16 products)`.
     pub fn describe(self) -> &'static str {
-        match (self, self.reduced_here()) {
+        match (self, self.engine_here()) {
             (Precision::Highest, _) => "highest",
-            (Precision::Medium, true) => "medium (bf16 on AMX tiles)",
-            (Precision::Medium, false) => "medium (f32: this CPU has no AMX tiles)",
+            (Precision::Medium, Some(engine)) => engine,
+            (Precision::Medium, None) => "medium (f32: this CPU has no bf16 products)",
         }
     }
 
     /// Whether products at this precision run other than in f32 on this machine.
     pub fn reduced_here(self) -> bool {
+        self.engine_here().is_some()
+    }
+
+    /// What runs this precision's reduced products here, if anything does, as `describe` says
+    /// it.
+    fn engine_here(self) -> Option<&'static str> {
         #[cfg(target_arch = "x86_64")]
         {
-            self != Precision::Highest && amx::available()
+            (self != Precision::Highest)
+                .then(bf16::engine)
+                .flatten()
+                .map(bf16::Engine::name)
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            false
+            None
         }
     }
 }
@@ -442,9 +451,13 @@ unsafe fn product_raw(
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     #[cfg(target_arch = "x86_64")]
     {
-        if precision() == Precision::Medium && amx::worth(m, n, k) && amx::available() {
-            // SAFETY: AMX is available; `dst` is as this function's contract says.
-            unsafe { amx::product(dst, lhs, rhs, scale, accumulate, threads == Threads::Pool) };
+        if precision() == Precision::Medium
+            && bf16::worth(m, n, k)
+            && let Some(engine) = bf16::engine()
+        {
+            let pool = threads == Threads::Pool;
+            // SAFETY: the engine is this machine's; `dst` is as this function's contract says.
+            unsafe { bf16::product(engine, dst, lhs, rhs, scale, accumulate, pool) };
             return;
         }
     }

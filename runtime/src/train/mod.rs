@@ -123,7 +123,8 @@ pub struct RunSummary {
     pub device: String,
     /// CPU threads of flex's kernels (and the host side of any device).
     pub cpu_threads: usize,
-    /// `matmul_precision`, and what it did here (`medium (bf16 on AMX tiles)`).
+    /// `matmul_precision`, and what it did here (`medium (bf16 on AMX tiles)`, `medium (bf16 by
+    /// AVX-512 BF16)`).
     pub matmul_precision: String,
     /// Evaluation after the supervised warm-up (before any RL), when there was a warm-up:
     /// greedy, or sampled when `eval.decoding = sampled`.

@@ -1,17 +1,25 @@
-//! Products in bfloat16 on Intel's AMX tiles, for [`Precision::Medium`] (PyTorch's
+//! Products in bfloat16 for [`Precision::Medium`](super::Precision::Medium) (PyTorch's
 //! `torch.set_float32_matmul_precision("medium")`, and the arithmetic oneDNN gives it on the same
-//! CPUs): both operands rounded to bf16 (8 bits of mantissa), the sums in f32.
+//! CPUs): both operands rounded to bf16 (8 bits of mantissa), each pair of products summed in
+//! f32.
 //!
-//! One `tdpbf16ps` multiplies a `16 × 32` bf16 tile by a `32 × 16` one into sixteen by sixteen
-//! f32 sums: 8192 multiply-adds an instruction, about twenty times what AVX-512's fused
-//! multiply-adds do a cycle. The operands are packed into tiles zero-padded to whole tiles, so
-//! any shape works; each output tile is summed over `k` in order by one task, so the bits do not
-//! depend on the thread count. Linux on x86-64 only: the kernel must grant the process the
-//! tiles' 8 KiB of state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), asked once; elsewhere, or when it
-//! refuses, products stay in f32.
+//! Both operands are packed once per product into `16 × 32` bf16 tiles, zero-padded to whole
+//! tiles so any shape works, the right-hand side in the pair layout (`k` and `k + 1` of a column
+//! side by side). Two engines multiply them, the fastest this CPU has:
+//! - [`amx`]: Intel's AMX tiles (Xeon from Sapphire Rapids on). One `tdpbf16ps` multiplies a
+//!   `16 × 32` tile by a `32 × 16` one, 8192 multiply-adds, about twenty times what AVX-512's
+//!   fused multiply-adds do a cycle.
+//! - [`avx512`]: AVX-512 BF16's `vdpbf16ps` (AMD from Zen 4 on, Intel from Cooper Lake on), two
+//!   multiply-adds in each f32 lane: twice the f32 instructions' rate, read from the same tiles.
+//!
+//! Each output tile is summed over `k` in order by one task, so the bits do not depend on the
+//! thread count (they do depend on the engine: the two round their sums differently).
 //!
 //! PyTorch's `high` (each operand split into two bf16s, three tile products) was built on the
-//! same tiles and measured 0.5–1.3× `gemm`'s f32 speed on SmolLM2's shapes, so it is not offered.
+//! AMX tiles and measured 0.5–1.3× `gemm`'s f32 speed on SmolLM2's shapes, so it is not offered.
+
+mod amx;
+mod avx512;
 
 use std::sync::OnceLock;
 
@@ -30,42 +38,43 @@ const TASK_COLS: usize = 256;
 /// read from the first-level cache across the task's columns.
 const TASK_PAIRS: usize = 8;
 
-/// Whether this process may run AMX bf16 products: the CPU has them and the kernel granted the
-/// tile state. Asked once.
-pub(crate) fn available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(detect)
+/// What multiplies the packed tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// AMX's tile instructions.
+    Amx,
+    /// AVX-512 BF16's vector instructions.
+    Avx512,
 }
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-fn detect() -> bool {
-    // CPUID leaf 7: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE.
-    let leaf = std::arch::x86_64::__cpuid_count(7, 0);
-    let has = |bit: u32| leaf.edx & (1 << bit) != 0;
-    if !(has(22) && has(24)) {
-        return false;
-    }
-    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-    const XFEATURE_XTILEDATA: libc::c_long = 18;
-    // SAFETY: arch_prctl with these arguments only asks the kernel for permission to use the
-    // tile state; it reads and writes no memory of ours.
-    unsafe {
-        libc::syscall(
-            libc::SYS_arch_prctl,
-            ARCH_REQ_XCOMP_PERM,
-            XFEATURE_XTILEDATA,
-        ) == 0
+impl Engine {
+    /// `medium` run by it, for [`Precision::describe`](super::Precision::describe).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Engine::Amx => "medium (bf16 on AMX tiles)",
+            Engine::Avx512 => "medium (bf16 by AVX-512 BF16)",
+        }
     }
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
-fn detect() -> bool {
-    false
+/// The fastest engine this process may run, if any: AMX where the CPU has it and the kernel
+/// granted the tile state, else AVX-512 BF16. Asked once.
+pub(crate) fn engine() -> Option<Engine> {
+    static ENGINE: OnceLock<Option<Engine>> = OnceLock::new();
+    *ENGINE.get_or_init(|| {
+        if amx::available() {
+            Some(Engine::Amx)
+        } else if avx512::available() {
+            Some(Engine::Avx512)
+        } else {
+            None
+        }
+    })
 }
 
 /// Whether a product is worth packing into tiles: a decode step's few rows, attention's
 /// `head_dim`-deep tiles and the small model's `d_model = 128` products stay in f32, where the
-/// packing costs more than the tiles save (`bench_precision`: 0.8–1.2× at `128 × 512`).
+/// packing costs more than the tiles save (`bench_precision`: 0.8–1.2× at `128 × 512` on AMX).
 pub(crate) fn worth(m: usize, n: usize, k: usize) -> bool {
     m.min(n) >= 2 * TILE && k >= 8 * DEPTH && m * n * k >= 1 << 22
 }
@@ -81,6 +90,13 @@ fn bf16(x: f32) -> u16 {
         rounded
     }
 }
+
+/// One block's sums: four `16 × 16` output tiles, `(a0, b0), (a0, b1), (a1, b0), (a1, b1)`.
+type Sums = [[f32; TILE * TILE]; 4];
+
+/// An engine's product of two row blocks by two column blocks (their first packed tiles) over
+/// all of `k`, into [`Sums`].
+type Block<'a> = dyn Fn([*const u16; 2], [*const u16; 2], &mut Sums) + 'a;
 
 /// An operand packed as bf16 tiles.
 struct Packed {
@@ -196,127 +212,14 @@ fn pack_rhs(rhs: MatRef<'_>, pool: bool) -> Packed {
     pack(rhs.t(), pool, |j, d| (d / 2) * DEPTH + 2 * j + d % 2)
 }
 
-/// The tile configuration: palette 1, all eight tiles 16 rows of 64 bytes.
-#[repr(C, align(64))]
-struct Config {
-    palette: u8,
-    start_row: u8,
-    reserved: [u8; 14],
-    bytes_per_row: [u16; 16],
-    rows: [u8; 16],
-}
-
-const CONFIG: Config = Config {
-    palette: 1,
-    start_row: 0,
-    reserved: [0; 14],
-    bytes_per_row: [64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
-    rows: [16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
-};
-
-/// Bytes between a tile's rows, packed.
-const STRIDE: usize = DEPTH * 2;
-/// Bytes from one packed tile to the next chunk's.
-const NEXT: usize = TILE_LEN * 2;
-
-/// `out[t] = Σ_chunks a(t) · b(t)` for four output tiles `(a0, b0), (a0, b1), (a1, b0),
-/// (a1, b1)`: a product of 32 rows by 32 columns.
-///
-/// # Safety
-///
-/// AMX must be [`available`] and the tiles configured with [`CONFIG`] on this thread; each
-/// pointer must point at `chunks` consecutive packed tiles.
-unsafe fn block(
-    a: [*const u16; 2],
-    b: [*const u16; 2],
-    chunks: usize,
-    out: &mut [[f32; TILE * TILE]; 4],
-) {
-    // SAFETY: the caller's contract; the loads read `chunks` tiles from each pointer and the
-    // stores write four 1 KiB buffers.
-    unsafe {
-        std::arch::asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            "2:",
-            "tileloadd tmm4, [{a0} + {s}*1]",
-            "tileloadd tmm6, [{b0} + {s}*1]",
-            "tdpbf16ps tmm0, tmm4, tmm6",
-            "tileloadd tmm7, [{b1} + {s}*1]",
-            "tdpbf16ps tmm1, tmm4, tmm7",
-            "tileloadd tmm5, [{a1} + {s}*1]",
-            "tdpbf16ps tmm2, tmm5, tmm6",
-            "tdpbf16ps tmm3, tmm5, tmm7",
-            // The next chunk's right-hand tiles, line by line, into the first-level cache while
-            // the products run (+10-15% on the prefill's shapes); a prefetch never faults, so
-            // the last chunk's, past the buffer, is harmless.
-            "prefetcht0 [{b0} + 1024]",
-            "prefetcht0 [{b0} + 1088]",
-            "prefetcht0 [{b0} + 1152]",
-            "prefetcht0 [{b0} + 1216]",
-            "prefetcht0 [{b0} + 1280]",
-            "prefetcht0 [{b0} + 1344]",
-            "prefetcht0 [{b0} + 1408]",
-            "prefetcht0 [{b0} + 1472]",
-            "prefetcht0 [{b0} + 1536]",
-            "prefetcht0 [{b0} + 1600]",
-            "prefetcht0 [{b0} + 1664]",
-            "prefetcht0 [{b0} + 1728]",
-            "prefetcht0 [{b0} + 1792]",
-            "prefetcht0 [{b0} + 1856]",
-            "prefetcht0 [{b0} + 1920]",
-            "prefetcht0 [{b0} + 1984]",
-            "prefetcht0 [{b1} + 1024]",
-            "prefetcht0 [{b1} + 1088]",
-            "prefetcht0 [{b1} + 1152]",
-            "prefetcht0 [{b1} + 1216]",
-            "prefetcht0 [{b1} + 1280]",
-            "prefetcht0 [{b1} + 1344]",
-            "prefetcht0 [{b1} + 1408]",
-            "prefetcht0 [{b1} + 1472]",
-            "prefetcht0 [{b1} + 1536]",
-            "prefetcht0 [{b1} + 1600]",
-            "prefetcht0 [{b1} + 1664]",
-            "prefetcht0 [{b1} + 1728]",
-            "prefetcht0 [{b1} + 1792]",
-            "prefetcht0 [{b1} + 1856]",
-            "prefetcht0 [{b1} + 1920]",
-            "prefetcht0 [{b1} + 1984]",
-            "add {a0}, {next}",
-            "add {a1}, {next}",
-            "add {b0}, {next}",
-            "add {b1}, {next}",
-            "dec {n}",
-            "jnz 2b",
-            "tilestored [{c0} + {s}*1], tmm0",
-            "tilestored [{c1} + {s}*1], tmm1",
-            "tilestored [{c2} + {s}*1], tmm2",
-            "tilestored [{c3} + {s}*1], tmm3",
-            a0 = inout(reg) a[0] => _,
-            a1 = inout(reg) a[1] => _,
-            b0 = inout(reg) b[0] => _,
-            b1 = inout(reg) b[1] => _,
-            n = inout(reg) chunks => _,
-            s = in(reg) STRIDE,
-            next = const NEXT,
-            c0 = in(reg) out[0].as_mut_ptr(),
-            c1 = in(reg) out[1].as_mut_ptr(),
-            c2 = in(reg) out[2].as_mut_ptr(),
-            c3 = in(reg) out[3].as_mut_ptr(),
-            options(nostack),
-        );
-    }
-}
-
 /// `dst = (dst if accumulate else 0) + scale * lhs · rhs` in bf16 tiles, over rayon's pool
 /// when `pool`.
 ///
 /// # Safety
 ///
-/// [`available`] must be true, and `dst` valid as in `product_raw`; `m`, `n`, `k` positive.
+/// `engine` must be [`engine`]'s, and `dst` valid as in `product_raw`; `m`, `n`, `k` positive.
 pub(crate) unsafe fn product(
+    engine: Engine,
     dst: Dst,
     lhs: MatRef<'_>,
     rhs: MatRef<'_>,
@@ -371,39 +274,37 @@ pub(crate) unsafe fn product(
             cols * tiles_per_task,
             ((cols + 1) * tiles_per_task).min(col_tiles),
         );
-        // SAFETY: AMX is available (the caller's contract); the configuration is this
-        // thread's, loaded before its first tile operation and released after its last, and
-        // nothing between runs another tile operation on this thread.
-        unsafe {
-            std::arch::asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack));
-        }
-        for pair in rows * TASK_PAIRS..((rows + 1) * TASK_PAIRS).min(row_pairs) {
-            // Two row blocks and two column blocks; a missing second one repeats the first
-            // (its sums are not written).
-            let blocks = [2 * pair, (2 * pair + 1).min(a.blocks - 1)];
-            for col in (first..last).step_by(2) {
-                let cols = [col, (col + 1).min(last - 1)];
-                let mut out = [[0.0; TILE * TILE]; 4];
-                // SAFETY: each pointer starts `chunks` packed tiles; see above for the tiles.
-                unsafe {
+        let blocks = |block: &Block<'_>| {
+            for pair in rows * TASK_PAIRS..((rows + 1) * TASK_PAIRS).min(row_pairs) {
+                // Two row blocks and two column blocks; a missing second one repeats the first
+                // (its sums are not written).
+                let blocks = [2 * pair, (2 * pair + 1).min(a.blocks - 1)];
+                for col in (first..last).step_by(2) {
+                    let cols = [col, (col + 1).min(last - 1)];
+                    let mut out = [[0.0; TILE * TILE]; 4];
                     block(
                         [a.tiles(blocks[0]), a.tiles(blocks[1])],
                         [b.tiles(cols[0]), b.tiles(cols[1])],
-                        a.chunks,
                         &mut out,
                     );
-                }
-                for (t, tile) in out.iter().enumerate() {
-                    let (i, j) = (t / 2, t % 2);
-                    if (i == 0 || blocks[1] != blocks[0]) && (j == 0 || cols[1] != cols[0]) {
-                        write(tile, blocks[i] * TILE, cols[j] * TILE);
+                    for (t, tile) in out.iter().enumerate() {
+                        let (i, j) = (t / 2, t % 2);
+                        if (i == 0 || blocks[1] != blocks[0]) && (j == 0 || cols[1] != cols[0]) {
+                            write(tile, blocks[i] * TILE, cols[j] * TILE);
+                        }
                     }
                 }
             }
-        }
-        // SAFETY: releases this thread's tile state configured above.
-        unsafe {
-            std::arch::asm!("tilerelease", options(nostack));
+        };
+        let chunks = a.chunks;
+        match engine {
+            // SAFETY (both): the engine is available (the caller's contract), each pointer
+            // starts `chunks` packed tiles, and the tiles are configured on this thread for the
+            // AMX blocks alone.
+            Engine::Amx => unsafe {
+                amx::with_tiles(|| blocks(&|a, b, out| amx::block(a, b, chunks, out)));
+            },
+            Engine::Avx512 => blocks(&|a, b, out| unsafe { avx512::block(a, b, chunks, out) }),
         }
     };
     let tasks = row_tasks * col_tasks;
@@ -427,6 +328,7 @@ mod tests {
 
     /// `init + scale · lhs · rhs` (or `scale · lhs · rhs` without `init`) through the tiles.
     fn run(
+        engine: Engine,
         lhs: MatRef<'_>,
         rhs: MatRef<'_>,
         pool: bool,
@@ -440,19 +342,23 @@ mod tests {
             row_stride: n,
             col_stride: 1,
         };
-        // SAFETY: the tests call this only where AMX is available; `out` is a fresh row-major
-        // `m × n` buffer.
-        unsafe { product(dst, lhs, rhs, scale, init.is_some(), pool) };
+        // SAFETY: the tests call this only with engines this machine has; `out` is a fresh
+        // row-major `m × n` buffer.
+        unsafe { product(engine, dst, lhs, rhs, scale, init.is_some(), pool) };
         out
     }
 
-    /// Runs `test` where this machine has AMX; says so where it does not.
-    fn with_amx(test: impl FnOnce()) {
-        if available() {
-            test();
-        } else {
-            eprintln!("no AMX bf16 tiles on this machine: the products stay in f32");
+    /// Runs `test` with each engine this machine has; says so where it has none.
+    fn with_engines(test: impl Fn(Engine)) {
+        let engines = [
+            (Engine::Amx, amx::available()),
+            (Engine::Avx512, avx512::available()),
+        ];
+        let here: Vec<Engine> = engines.into_iter().filter(|e| e.1).map(|e| e.0).collect();
+        if here.is_empty() {
+            eprintln!("no bf16 products on this machine: they stay in f32");
         }
+        here.into_iter().for_each(test);
     }
 
     /// The largest error over `Σ_k |a||b|` of each element, against an f64 product of the
@@ -522,14 +428,14 @@ mod tests {
 
     #[test]
     fn products_are_f32_sums_of_the_operands_rounded_to_bf16() {
-        with_amx(|| {
+        with_engines(|engine| {
             let mut rng = Rng(11);
             for (m, k, n) in SHAPES {
                 for (lt, rt) in LAYOUTS {
                     let (a, b) = (rng.vec(m * k, 1.0), rng.vec(k * n, 1.0));
                     let (lhs, rhs) = (view(&a, m, k, lt), view(&b, k, n, rt));
-                    let case = format!("{m}x{k} by {k}x{n}, transposed {lt} {rt}");
-                    let out = run(lhs, rhs, true, 1.0, None);
+                    let case = format!("{engine:?}: {m}x{k} by {k}x{n}, transposed {lt} {rt}");
+                    let out = run(engine, lhs, rhs, true, 1.0, None);
                     let rounded = worst_error(&out, lhs, rhs, |x| widen(bf16(x)));
                     assert!(rounded < 1e-6, "{case}: against bf16 operands {rounded:e}");
                     let exact = worst_error(&out, lhs, rhs, |x| x);
@@ -544,7 +450,7 @@ mod tests {
 
     #[test]
     fn products_scale_accumulate_and_ignore_the_thread_count() {
-        with_amx(|| {
+        with_engines(|engine| {
             let mut rng = Rng(12);
             for (m, k, n) in SHAPES {
                 let (a, b, c) = (
@@ -553,12 +459,12 @@ mod tests {
                     rng.vec(m * n, 1.0),
                 );
                 let (lhs, rhs) = (view(&a, m, k, false), view(&b, k, n, false));
-                let pooled = run(lhs, rhs, true, 0.5, None);
-                let alone = run(lhs, rhs, false, 0.5, None);
-                assert!(same_bits(&pooled, &alone), "{m}x{k}x{n}");
-                let added = run(lhs, rhs, true, 0.5, Some(&c));
+                let pooled = run(engine, lhs, rhs, true, 0.5, None);
+                let alone = run(engine, lhs, rhs, false, 0.5, None);
+                assert!(same_bits(&pooled, &alone), "{engine:?}: {m}x{k}x{n}");
+                let added = run(engine, lhs, rhs, true, 0.5, Some(&c));
                 let expected: Vec<f32> = c.iter().zip(&pooled).map(|(x, y)| x + y).collect();
-                assert!(same_bits(&added, &expected), "{m}x{k}x{n}");
+                assert!(same_bits(&added, &expected), "{engine:?}: {m}x{k}x{n}");
             }
         });
     }
