@@ -1768,8 +1768,7 @@ fn node_flags_are_checked_before_any_work() {
 }
 
 #[test]
-fn medium_matmul_precision_is_recorded_repeats_on_any_thread_count_and_is_bf16_only_where_the_cpu_has_it()
- {
+fn medium_matmul_precision_is_recorded_thread_count_free_and_bf16_only_where_supported() {
     let root = common::scratch_in("cli", "cli-precision");
     // Wide enough that the SwiGLU's down projection (`[tokens, 256] · [256, 64]`) and the
     // weights' gradients (`[64, tokens] · [tokens, 256]`) are products the bf16 engines take.

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 ///
 /// [`Precision::Medium`] trades the bits this crate's tests pin for speed where the CPU has
 /// AMX's bf16 tiles (Intel Xeon from Sapphire Rapids on) or AVX-512 BF16 (AMD from Zen 4 on),
-/// and is [`Precision::Highest`] elsewhere. Either way a run is deterministic on one machine for any thread count. Products
-/// too small to pay for packing the tiles (a decode step's few rows, attention's tiles) stay in
-/// f32. PyTorch's `high` (three bf16 products) measured no faster than f32 here: see `bf16`.
+/// and is [`Precision::Highest`] elsewhere. Either way a run is deterministic on one machine for
+/// any thread count. Products too small to pay for packing the tiles (a decode step's few rows,
+/// attention's tiles) stay in f32. PyTorch's `high` (three bf16 products) measured no faster than f32 here: see `bf16`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Precision {
     /// f32 products (`gemm`).
@@ -41,31 +41,11 @@ impl Precision {
     /// What it does on this machine: `highest`, `medium (bf16 on AMX tiles)`, `medium (bf16
     /// by AVX-512 BF16)`, or `medium (f32: this CPU has no bf16 products)`.
     pub fn describe(self) -> &'static str {
-        match (self, self.engine_here()) {
-            (Precision::Highest, _) => "highest",
-            (Precision::Medium, Some(engine)) => engine,
-            (Precision::Medium, None) => "medium (f32: this CPU has no bf16 products)",
-        }
-    }
-
-    /// Whether products at this precision run other than in f32 on this machine.
-    pub fn reduced_here(self) -> bool {
-        self.engine_here().is_some()
-    }
-
-    /// What runs this precision's reduced products here, if anything does, as `describe` says
-    /// it.
-    fn engine_here(self) -> Option<&'static str> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            (self != Precision::Highest)
-                .then(bf16::engine)
-                .flatten()
-                .map(bf16::Engine::name)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            None
+        match self {
+            Precision::Highest => "highest",
+            #[cfg(target_arch = "x86_64")]
+            Precision::Medium if let Some(engine) = bf16::engine() => engine.describe(),
+            Precision::Medium => "medium (f32: this CPU has no bf16 products)",
         }
     }
 }

@@ -48,8 +48,8 @@ pub(crate) enum Engine {
 }
 
 impl Engine {
-    /// `medium` run by it, for [`Precision::describe`](super::Precision::describe).
-    pub(crate) fn name(self) -> &'static str {
+    /// `medium` run by it, as [`Precision::describe`](super::Precision::describe) says it.
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Engine::Amx => "medium (bf16 on AMX tiles)",
             Engine::Avx512 => "medium (bf16 by AVX-512 BF16)",
@@ -354,7 +354,10 @@ mod tests {
             (Engine::Amx, amx::available()),
             (Engine::Avx512, avx512::available()),
         ];
-        let here: Vec<Engine> = engines.into_iter().filter(|e| e.1).map(|e| e.0).collect();
+        let here: Vec<Engine> = engines
+            .into_iter()
+            .filter_map(|(engine, here)| here.then_some(engine))
+            .collect();
         if here.is_empty() {
             eprintln!("no bf16 products on this machine: they stay in f32");
         }

@@ -3,19 +3,12 @@
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), asked once; elsewhere, or when it refuses, another
 //! engine (or f32) runs.
 
-use std::sync::OnceLock;
-
 use super::{Sums, TILE_LEN};
 
 /// Whether this process may run AMX bf16 products: the CPU has them and the kernel granted the
-/// tile state. Asked once.
-pub(super) fn available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(detect)
-}
-
+/// tile state (`bf16::engine` asks once and keeps the answer).
 #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-fn detect() -> bool {
+pub(super) fn available() -> bool {
     // CPUID leaf 7: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE.
     let leaf = std::arch::x86_64::__cpuid_count(7, 0);
     let has = |bit: u32| leaf.edx & (1 << bit) != 0;
@@ -36,7 +29,7 @@ fn detect() -> bool {
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
-fn detect() -> bool {
+pub(super) fn available() -> bool {
     false
 }
 
