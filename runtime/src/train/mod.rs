@@ -8,6 +8,7 @@
 //! `RunState` (`state`), which is exactly what a checkpoint holds; its RNG fixes the order of
 //! random draws, so the whole run is fixed by the experiment's seed.
 
+mod buckets;
 mod eval;
 mod exchange;
 mod nodes;
@@ -47,11 +48,11 @@ use source::{Asynchronous, EpisodeSource, PipelineStats, Synchronous, refresh_st
 use state::{Critic, Identity, RunState};
 
 pub use crate::metrics::Evaluation;
+pub use buckets::score_in_buckets;
 pub(crate) use eval::warmup_evaluation_files;
 pub use nodes::{NodeConfig, Nodes, follow, serve_orchestrator};
 pub use replicas::fail_replica_at;
 use setup::DemoCounts;
-pub use update::{LENGTH_BUCKET, score_in_buckets};
 
 /// How to run an experiment, beyond what its file says.
 #[derive(Clone, Debug)]

@@ -12,7 +12,7 @@ use crate::algo::{LossStats, PolicyLossInput, ValueStats, value_loss};
 use crate::model::{Kernels, Policy, TrainBackend, Want};
 use crate::text::Transcript;
 
-use super::update::{Padded, predicted_agent, score_in_buckets};
+use super::buckets::{self, predicted_agent, score_in_buckets};
 
 /// What an RL update's loss needs besides its rows, the same for every epoch and replica.
 #[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
@@ -263,12 +263,13 @@ pub(super) fn rl_loss<B: TrainBackend>(
     }
     if sft_alpha > 0.0 && !demos.is_empty() {
         let demos: Vec<&Transcript> = demos.iter().collect();
-        let device = policy.device();
-        let sft = Padded::<B>::new(&demos, settings.pad, &device).nll(policy) * sft_alpha;
-        total = Some(match total {
-            Some(loss) => loss + sft,
-            None => sft,
-        });
+        if let Some(sft) = buckets::nll(policy, &demos, settings.pad) {
+            let sft = sft * sft_alpha;
+            total = Some(match total {
+                Some(loss) => loss + sft,
+                None => sft,
+            });
+        }
     }
     total.map(|loss| (loss, terms))
 }
@@ -281,11 +282,8 @@ pub(super) fn sft_loss<B: Kernels>(
     pad: u32,
     share: f32,
 ) -> Option<Tensor<B, 1>> {
-    if transcripts.is_empty() {
-        return None;
-    }
     let batch: Vec<&Transcript> = transcripts.iter().collect();
-    let loss = Padded::<B>::new(&batch, pad, &policy.device()).nll(policy);
+    let loss = buckets::nll(policy, &batch, pad)?;
     Some(if share == 1.0 { loss } else { loss * share })
 }
 

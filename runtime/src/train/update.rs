@@ -2,13 +2,14 @@
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use agentry_dsl::spec::{self, AlgorithmKind, KlPlacement, SftSource, ValueHead};
 
 use super::Trainer;
+use super::buckets::{Padded, predicted_agent, score_in_buckets};
 use super::prepare::{self, AdvantageStats, Advantages, Example, PreparedStats};
 use super::record::StepStats;
 use super::replicas::{LeaderState, Replicas, Work};
@@ -21,13 +22,10 @@ use crate::algo::{LossStats, ValueStats, explained_variance, value_loss};
 use crate::checkpoint::Phase;
 use crate::error::{RunError, Update};
 use crate::metrics::{Progress, Record};
-use crate::model::{Kernels, Policy, Scores, TrainBackend, Want};
+use crate::model::{Kernels, Policy, TrainBackend, Want};
 use crate::optim::{Alone, Descent, descend, descend_summed};
 use crate::rollout::Episode;
 use crate::text::Transcript;
-
-/// Transcripts scored together in an RL update: sorted by length, so each bucket pads little.
-pub const LENGTH_BUCKET: usize = 8;
 
 /// The ChaCha stream of the run's seed that LoRA dropout's per-update seeds come from
 /// (evaluation uses its own seed; training's RNG is stream 0).
@@ -234,16 +232,22 @@ impl<B: TrainBackend> Trainer<B> {
             },
         };
         let temperature = self.spec.train.temperature;
-        let ref_logprobs = match (&self.state.reference, loss_config.kl) {
-            (Some(reference), Some(_)) => Some(Tensor::from_inner(reference.scored_logprobs(
-                batch.tokens.clone().inner(),
-                &batch.scored,
-                temperature,
-            ))),
-            _ => None,
-        };
         let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
         let pad = self.chat.tokenizer().pad();
+        let ref_logprobs = match (&self.state.reference, loss_config.kl) {
+            (Some(reference), Some(_)) => Some(Tensor::from_inner(
+                score_in_buckets(
+                    reference,
+                    &transcripts,
+                    pad,
+                    width,
+                    temperature,
+                    Want::LogProbs,
+                )
+                .logprobs,
+            )),
+            _ => None,
+        };
         // Truncated importance sampling: the ratio is taken against the policy the update
         // starts from, and each token weighed by how much likelier that policy finds it than
         // the one that sampled it, capped.
@@ -549,8 +553,15 @@ impl<B: TrainBackend> Trainer<B> {
         let coef = self.spec.algorithm.kl.coef;
         let transcripts: Vec<&Transcript> = episodes.iter().map(|e| &e.transcript).collect();
         let batch = self.padded::<B::InnerBackend>(&transcripts);
-        let ref_logprobs =
-            reference.scored_logprobs(batch.tokens, &batch.scored, self.spec.train.temperature);
+        let ref_logprobs = score_in_buckets(
+            reference,
+            &transcripts,
+            self.chat.tokenizer().pad(),
+            batch.width,
+            self.spec.train.temperature,
+            Want::LogProbs,
+        )
+        .logprobs;
         let episodes: Vec<&Episode> = episodes.iter().collect();
         let old = self.behaviour_logprobs::<B::InnerBackend>(&episodes, batch.width);
         let kl = (kl_estimate(old, ref_logprobs, estimator) * batch.mask).sum_dim(1);
@@ -696,21 +707,9 @@ impl<B: TrainBackend> Trainer<B> {
             width,
             old_logprobs: self.behaviour_logprobs(episodes, width),
             advantages: self.token_tensor(episodes, advantages, width),
-            tokens: padded.tokens,
             mask: padded.mask,
-            scored: padded.scored,
         }
     }
-}
-
-/// For each predicted position `1..width` of a transcript padded to `width`, whether the
-/// token there is the agent's: the one place agent tokens map to the rows of the loss
-/// tensors (`[n, width - 1]`, position `j` at column `j - 1`).
-pub(super) fn predicted_agent(
-    transcript: &Transcript,
-    width: usize,
-) -> impl Iterator<Item = bool> + '_ {
-    (1..width).map(|j| transcript.agent_mask.get(j).copied().unwrap_or(false))
 }
 
 /// PPO's critic targets, per example and agent token: the values at the rollout and the
@@ -720,108 +719,10 @@ struct ValueTargets {
     returns: Vec<Vec<f32>>,
 }
 
-/// Right-padded transcripts `[n, width]` and which predicted tokens `[n, width - 1]` are the
-/// agent's, as a tensor (`mask`) and on the host (`scored`).
-pub(super) struct Padded<B: Backend> {
-    tokens: Tensor<B, 2, Int>,
-    mask: Tensor<B, 2>,
-    scored: Vec<bool>,
-    width: usize,
-}
-
-impl<B: Kernels> Padded<B> {
-    /// The padded width of `transcripts`: the longest, at least 2.
-    fn width(transcripts: &[&Transcript]) -> usize {
-        transcripts
-            .iter()
-            .map(|t| t.tokens.len())
-            .max()
-            .unwrap_or(2)
-            .max(2)
-    }
-
-    pub(super) fn new(transcripts: &[&Transcript], pad: u32, device: &B::Device) -> Self {
-        let width = Self::width(transcripts);
-        let mut tokens = Vec::with_capacity(transcripts.len() * width);
-        let mut scored = Vec::with_capacity(transcripts.len() * (width - 1));
-        for t in transcripts {
-            tokens.extend(t.tokens.iter().map(|&x| i64::from(x)));
-            tokens.extend(std::iter::repeat_n(i64::from(pad), width - t.tokens.len()));
-            scored.extend(predicted_agent(t, width));
-        }
-        let n = transcripts.len();
-        let mask: Vec<f32> = scored.iter().map(|&m| f32::from(u8::from(m))).collect();
-        Padded {
-            tokens: Tensor::from_data(TensorData::new(tokens, [n, width]), device),
-            mask: Tensor::from_data(TensorData::new(mask, [n, width - 1]), device),
-            scored,
-            width,
-        }
-    }
-
-    /// Mean negative log-likelihood of the agent tokens under `policy` (temperature 1): the
-    /// SFT loss.
-    pub(super) fn nll(self, policy: &Policy<B>) -> Tensor<B, 1> {
-        let logprobs = policy.scored_logprobs(self.tokens, &self.scored, 1.0);
-        (logprobs * self.mask.clone()).sum().neg() / self.mask.sum().clamp_min(1.0)
-    }
-}
-
-/// [`Policy::score`] of `transcripts` (padded with `pad`), `[n, width - 1]` in their order
-/// (`width` at least the longest transcript), computed in buckets of [`LENGTH_BUCKET`]
-/// transcripts of similar length; the values (when wanted and the policy has a value head)
-/// come back in the same shape and order.
-///
-/// Attention costs grow with the square of the padded width, and RL transcripts vary in
-/// length (one turn or many), so padding each bucket only to its own longest transcript
-/// saves most of the work spent on padding. Padding never changes the scores of the real
-/// tokens before it, so the result equals scoring the whole batch at once.
-pub fn score_in_buckets<C: Kernels>(
-    policy: &Policy<C>,
-    transcripts: &[&Transcript],
-    pad: u32,
-    width: usize,
-    temperature: f64,
-    want: Want,
-) -> Scores<C> {
-    let device = policy.device();
-    let mut order: Vec<usize> = (0..transcripts.len()).collect();
-    order.sort_by_key(|&i| transcripts[i].tokens.len());
-    let (mut logprobs, mut entropies, mut values) = (Vec::new(), Vec::new(), Vec::new());
-    for bucket in order.chunks(LENGTH_BUCKET) {
-        let members: Vec<&Transcript> = bucket.iter().map(|&i| transcripts[i]).collect();
-        let padded = Padded::<C>::new(&members, pad, &device);
-        let scores = policy.score(padded.tokens, &padded.scored, temperature, want);
-        let widen = |t: Tensor<C, 2>| match width - padded.width {
-            0 => t,
-            extra => {
-                let zeros = Tensor::zeros([members.len(), extra], &device);
-                Tensor::cat(vec![t, zeros], 1)
-            }
-        };
-        logprobs.push(widen(scores.logprobs));
-        entropies.push(widen(scores.entropy));
-        values.extend(scores.values.map(widen));
-    }
-    let mut back = vec![0i64; order.len()];
-    for (row, &i) in order.iter().enumerate() {
-        back[i] = row as i64;
-    }
-    let back = Tensor::<C, 1, Int>::from_data(TensorData::new(back, [order.len()]), &device);
-    let restore = |parts: Vec<Tensor<C, 2>>| Tensor::cat(parts, 0).select(0, back.clone());
-    let has_values = !values.is_empty() && values.len() == logprobs.len();
-    Scores {
-        logprobs: restore(logprobs),
-        entropy: restore(entropies),
-        values: has_values.then(|| restore(values)),
-    }
-}
-
+/// An RL batch's per-token tensors, `[n, width - 1]`, right-padded to its longest episode.
 struct RlBatch<B: Backend> {
     width: usize,
-    tokens: Tensor<B, 2, Int>,
     mask: Tensor<B, 2>,
-    scored: Vec<bool>,
     old_logprobs: Tensor<B, 2>,
     advantages: Tensor<B, 2>,
 }

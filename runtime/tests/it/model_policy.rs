@@ -121,45 +121,6 @@ fn scored_logprobs_match_the_full_computation() {
     }
 }
 
-/// Scoring in length buckets gives what scoring the whole padded batch gives.
-#[test]
-fn bucketed_scoring_equals_scoring_the_whole_batch() {
-    use agentry_runtime::model::Want;
-    use agentry_runtime::text::Transcript;
-    use agentry_runtime::train::{LENGTH_BUCKET, score_in_buckets};
-    let p = policy(2, 9);
-    // More transcripts than one bucket, lengths out of order, one empty.
-    let lengths = [5, 17, 2, 9, 0, 13, 3, 11, 7, 17, 4];
-    assert!(lengths.len() > LENGTH_BUCKET);
-    let transcripts: Vec<Transcript> = lengths
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| Transcript {
-            tokens: (0..n).map(|j| 1 + ((i * 7 + j * 3) % 48) as u32).collect(),
-            agent_mask: (0..n).map(|j| (i + j) % 3 != 0).collect(),
-        })
-        .collect();
-    let refs: Vec<&Transcript> = transcripts.iter().collect();
-    let rows: Vec<Vec<u32>> = transcripts.iter().map(|t| t.tokens.clone()).collect();
-    let padded = batch::<B>(&rows);
-    let width = padded.dims()[1];
-    let scored: Vec<bool> = transcripts
-        .iter()
-        .flat_map(|t| (1..width).map(move |j| t.agent_mask.get(j).copied().unwrap_or(false)))
-        .collect();
-    let (whole_lp, whole_ent) = p.scored_logprobs_and_entropy(padded, &scored, 0.8);
-    let scores = score_in_buckets(&p, &refs, 0, width, 0.8, Want::Policy);
-    let (lp, ent) = (scores.logprobs, scores.entropy);
-    assert_eq!(lp.dims(), [lengths.len(), width - 1]);
-    for (a, b) in to_vec(lp)
-        .iter()
-        .zip(to_vec(whole_lp))
-        .chain(to_vec(ent).iter().zip(to_vec(whole_ent)))
-    {
-        assert!((a - b).abs() < 1e-4, "{a} vs {b}");
-    }
-}
-
 #[test]
 fn right_padding_does_not_change_real_logits() {
     let p = policy(2, 1);
