@@ -74,8 +74,9 @@ impl<B: Kernels> Padded<B> {
 }
 
 /// [`Policy::score`] of `transcripts` (padded with `pad`), `[n, width - 1]` in their order
-/// (`width` at least the longest transcript), computed in [`length_buckets`]; the values
-/// (when wanted and the policy has a value head) come back in the same shape and order.
+/// (`width` at least the longest transcript), computed in length buckets (each padded to its own
+/// longest, cut where the fewest tokens are scored); the values (when wanted and the policy has a
+/// value head) come back in the same shape and order.
 pub fn score_in_buckets<C: Kernels>(
     policy: &Policy<C>,
     transcripts: &[&Transcript],
