@@ -86,16 +86,15 @@ pub fn score_in_buckets<C: Kernels>(
     want: Want,
 ) -> Scores<C> {
     let device = policy.device();
-    let order = by_length(transcripts);
+    let (order, buckets) = padded_buckets::<C>(transcripts, pad, &device);
     let (mut logprobs, mut entropies, mut values) = (Vec::new(), Vec::new(), Vec::new());
-    for bucket in length_buckets(&order, transcripts) {
-        let members: Vec<&Transcript> = order[bucket].iter().map(|&i| transcripts[i]).collect();
-        let padded = Padded::<C>::new(&members, pad, &device);
+    for padded in buckets {
+        let [members, _] = padded.tokens.dims();
         let scores = policy.score(padded.tokens, &padded.scored, temperature, want);
         let widen = |t: Tensor<C, 2>| match width - padded.width {
             0 => t,
             extra => {
-                let zeros = Tensor::zeros([members.len(), extra], &device);
+                let zeros = Tensor::zeros([members, extra], &device);
                 Tensor::cat(vec![t, zeros], 1)
             }
         };
@@ -117,6 +116,24 @@ pub fn score_in_buckets<C: Kernels>(
     }
 }
 
+/// `transcripts` padded in [`length_buckets`], with the order they are in (indices of
+/// `transcripts`, shortest first).
+fn padded_buckets<B: Kernels>(
+    transcripts: &[&Transcript],
+    pad: u32,
+    device: &B::Device,
+) -> (Vec<usize>, Vec<Padded<B>>) {
+    let order = by_length(transcripts);
+    let buckets = length_buckets(&order, transcripts)
+        .into_iter()
+        .map(|bucket| {
+            let members: Vec<&Transcript> = order[bucket].iter().map(|&i| transcripts[i]).collect();
+            Padded::new(&members, pad, device)
+        })
+        .collect();
+    (order, buckets)
+}
+
 /// The indices of `transcripts`, shortest first (stable, so equal lengths keep their order).
 fn by_length(transcripts: &[&Transcript]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..transcripts.len()).collect();
@@ -128,7 +145,7 @@ fn by_length(transcripts: &[&Transcript]) -> Vec<usize> {
 /// of `order`: the cut that scores the fewest tokens, padding included, counting
 /// [`BUCKET_COST`] more for each bucket. A function of the lengths alone, so a run's buckets
 /// (and the order of its sums) are the same every time.
-pub(super) fn length_buckets(order: &[usize], transcripts: &[&Transcript]) -> Vec<Range<usize>> {
+fn length_buckets(order: &[usize], transcripts: &[&Transcript]) -> Vec<Range<usize>> {
     let widths: Vec<usize> = order
         .iter()
         .map(|&i| transcripts[i].tokens.len().max(2))
@@ -168,15 +185,7 @@ pub(super) fn nll<B: Kernels>(
     transcripts: &[&Transcript],
     pad: u32,
 ) -> Option<Tensor<B, 1>> {
-    let device = policy.device();
-    let order = by_length(transcripts);
-    let buckets: Vec<Padded<B>> = length_buckets(&order, transcripts)
-        .into_iter()
-        .map(|bucket| {
-            let members: Vec<&Transcript> = order[bucket].iter().map(|&i| transcripts[i]).collect();
-            Padded::new(&members, pad, &device)
-        })
-        .collect();
+    let (_, buckets) = padded_buckets::<B>(transcripts, pad, &policy.device());
     let tokens: usize = buckets
         .iter()
         .map(|b| b.scored.iter().filter(|s| **s).count())
