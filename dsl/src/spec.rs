@@ -914,7 +914,8 @@ pub enum Split {
     Test,
 }
 
-/// `sweep { seeds = [...], ablate KEY.PATH = VALUE, specialists = true, base = false }`.
+/// `sweep { seeds = [...], ablate KEY.PATH = VALUE, specialists = true, base = false }`
+/// (`specialists = by_weight` sizes each specialist by its task's weight).
 ///
 /// The configurations it describes are the base experiment (unless `base` is false), one per
 /// ablation and one per specialist, in that order; each runs once per seed. Every
@@ -926,7 +927,8 @@ pub struct Sweep {
     pub seeds: Vec<u64>,
     /// Single-key changes, each a separate configuration besides the base one.
     pub ablations: Vec<Ablation>,
-    /// `specialists = true`: the experiment with each task alone, in declaration order; empty
+    /// `specialists = true` or `by_weight`: the experiment with each task alone, in
+    /// declaration order (with `by_weight`, its warm-up and RL batch already resized); empty
     /// when the key is absent or false.
     #[serde(default)]
     pub specialists: Vec<Specialist>,

@@ -1464,6 +1464,143 @@ fn a_specialist_that_does_not_check_is_reported_at_the_key() {
     assert_eq!(d.label, "the single-task experiment does not check");
 }
 
+/// `two_tasks` with `os` drawn twice as often as `kg`, a warm-up, and `train` as `train`.
+fn weighted(train: &str, items: &str) -> String {
+    two_tasks("", items)
+        .replace("max_turns = 6 }", "max_turns = 6, weight = 2 }")
+        .replace("train { steps = 100, batch = 16 }", train)
+}
+
+#[test]
+fn specialists_by_weight_scale_the_warm_up_and_the_rl_batch_by_weight_share() {
+    let source = weighted(
+        "train { steps = 100, batch = 24, warmup = sft { steps = 300, \
+         lr = cosine(3e-3 -> 3e-4, over = 300), demonstrations = 90, batch = 2 } }",
+        "specialists = by_weight",
+    );
+    let spec = check(&source).unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)));
+    let sweep = spec.sweep.clone().unwrap();
+    // kg: weight 1 of 3 over two tasks, x2/3; os: weight 2 of 3, x4/3.
+    let sized: Vec<(&str, u64, usize, usize, u64)> = sweep
+        .specialists
+        .iter()
+        .map(|s| {
+            let train = &s.experiment.train;
+            let warmup = train.warmup.as_ref().unwrap();
+            (
+                s.task.as_str(),
+                warmup.steps,
+                warmup.demonstrations,
+                train.batch,
+                train.steps,
+            )
+        })
+        .collect();
+    assert_eq!(sized, [("kg", 200, 60, 16, 100), ("os", 400, 120, 32, 100)]);
+    let os = sweep.specialists[1]
+        .experiment
+        .train
+        .warmup
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        os.lr,
+        Schedule::Cosine {
+            from: 3e-3,
+            to: 3e-4,
+            over: 400
+        }
+    );
+    assert_eq!(os.batch, 2, "the warm-up's batch stays as written");
+    // The base is the file as written.
+    assert_eq!(spec.train.batch, 24);
+    assert_eq!(spec.train.warmup.as_ref().unwrap().steps, 300);
+}
+
+#[test]
+fn specialists_by_weight_with_equal_weights_are_the_specialists_as_written() {
+    let train = "train { steps = 100, batch = 16, warmup = sft { steps = 30, \
+                 lr = step(1e-3 -> 1e-4, at = 20), demonstrations = 9 } }";
+    let source =
+        two_tasks("", "specialists = true").replace("train { steps = 100, batch = 16 }", train);
+    let as_written = check(&source).unwrap().into_inner().sweep.unwrap();
+    let by_weight = check(&source.replace("specialists = true", "specialists = by_weight"))
+        .unwrap()
+        .into_inner()
+        .sweep
+        .unwrap();
+    assert_eq!(by_weight.specialists, as_written.specialists);
+}
+
+#[test]
+fn specialists_by_weight_scale_a_step_schedule_and_leave_a_warm_up_only_batch_alone() {
+    // No RL steps: the batch (16, not divisible by weight) is not the specialists' data.
+    let source = weighted(
+        "train { steps = 0, batch = 16, warmup = sft { steps = 30, \
+         lr = step(1e-3 -> 1e-4, at = 15), demonstrations = 9 } }",
+        "specialists = by_weight",
+    );
+    let sweep = check(&source)
+        .unwrap_or_else(|d| panic!("{}", d.render("t.arl", &source)))
+        .into_inner()
+        .sweep
+        .unwrap();
+    let kg = &sweep.specialists[0].experiment.train;
+    assert_eq!(kg.batch, 16);
+    let warmup = kg.warmup.as_ref().unwrap();
+    assert_eq!((warmup.steps, warmup.demonstrations), (20, 6));
+    assert_eq!(
+        warmup.lr,
+        Schedule::Step {
+            from: 1e-3,
+            to: 1e-4,
+            at: 10
+        }
+    );
+}
+
+#[test]
+fn specialists_by_weight_need_whole_groups_and_name_a_batch_that_gives_them() {
+    let source = weighted(
+        "train { steps = 100, batch = 16 }",
+        "specialists = by_weight",
+    );
+    let d = error(&source);
+    assert_eq!(
+        d.message,
+        "specialist `kg`: `specialists = by_weight` makes its RL batch 10.67 (`batch = 16` x \
+         0.667), not a whole number of groups of 4"
+    );
+    assert_eq!(text(&source, &d), "specialists");
+    assert_eq!(
+        d.hint.as_deref(),
+        Some(
+            "with `batch = 12` in `train` every specialist's batch is a whole number of groups \
+             of 4 (kg 8, os 16)"
+        )
+    );
+}
+
+#[test]
+fn specialists_takes_true_false_or_by_weight() {
+    let source = two_tasks("", "specialists = by_wieght");
+    let d = error(&source);
+    assert_eq!(d.message, "unknown value `by_wieght` for `specialists`");
+    assert_eq!(text(&source, &d), "by_wieght");
+    assert_eq!(d.hint.as_deref(), Some("did you mean `by_weight`?"));
+    let d = error(&two_tasks("", "specialists = 2"));
+    assert!(
+        d.message.contains("`true`, `false` or `by_weight`"),
+        "{}",
+        d.message
+    );
+    let d = error(&two_tasks(
+        "",
+        "specialists = by_weight, specialists = true",
+    ));
+    assert!(d.message.contains("specialists"), "{}", d.message);
+}
+
 #[test]
 fn base_false_needs_another_configuration() {
     let source = with(

@@ -1,12 +1,14 @@
-//! `sweep { seeds = [...], ablate key.path = value, specialists = true, base = false }`.
+//! `sweep { seeds = [...], ablate key.path = value, specialists = true | by_weight, base = false }`.
 //!
-//! An ablation (or a specialist: the experiment with one task alone) is applied to the syntax tree (the key is replaced, or added when the base
-//! leaves it at its default) and the changed experiment goes through the whole checker again,
-//! so an ablation can never produce an experiment that would not have checked as a file.
+//! An ablation (or a specialist: the experiment with one task alone) is applied to the syntax
+//! tree (the key is replaced, or added when the base leaves it at its default) and the changed
+//! experiment goes through the whole checker again, so an ablation can never produce an
+//! experiment that would not have checked as a file. `specialists = by_weight` resizes each
+//! specialist the same way (its warm-up and RL batch set in the tree, then checked again).
 
-use crate::ast::{Block, ExperimentDecl, Ident, Item, ItemKind, Span, Value, ValueKind};
+use crate::ast::{Arg, Block, ExperimentDecl, Ident, Item, ItemKind, Span, Value, ValueKind};
 use crate::diagnostics::{Diagnostic, one_of, suggest};
-use crate::spec::{Ablation, Experiment, Specialist, Sweep};
+use crate::spec::{Ablation, Experiment, Schedule, Specialist, Sweep};
 
 use super::{Checker, Section};
 
@@ -35,8 +37,10 @@ impl Checker {
         let mut seeds_ok = true;
         let mut ablations: Vec<Ablation> = Vec::new();
         let mut ok = true;
-        // `specialists` and `base`: the value and the key (for errors about it), once each.
-        let mut flags: [Option<(bool, &Ident)>; 2] = [None, None];
+        // `specialists` (`None` for `false`) and `base`: the value and the key (for errors
+        // about it), once each.
+        let mut specialists_flag: Option<(Option<Sizing>, &Ident)> = None;
+        let mut base_flag: Option<(bool, &Ident)> = None;
         let mut seeds_set = false;
         for item in &section.body.items {
             match &item.kind {
@@ -52,17 +56,25 @@ impl Checker {
                         None => seeds_ok = false,
                     }
                 }
-                ItemKind::Assign { key, value }
-                    if key.name == "specialists" || key.name == "base" =>
-                {
-                    let slot = usize::from(key.name == "base");
-                    if flags[slot].is_some() {
+                ItemKind::Assign { key, value } if key.name == "specialists" => {
+                    if specialists_flag.is_some() {
+                        self.duplicate_key(key, "sweep");
+                        ok = false;
+                        continue;
+                    }
+                    match self.sizing(value) {
+                        Some(sizing) => specialists_flag = Some((sizing, key)),
+                        None => ok = false,
+                    }
+                }
+                ItemKind::Assign { key, value } if key.name == "base" => {
+                    if base_flag.is_some() {
                         self.duplicate_key(key, "sweep");
                         ok = false;
                         continue;
                     }
                     match self.boolean(&key.name, value) {
-                        Some(b) => flags[slot] = Some((b, key)),
+                        Some(b) => base_flag = Some((b, key)),
                         None => ok = false,
                     }
                 }
@@ -117,13 +129,14 @@ impl Checker {
                 }
             }
         }
-        let specialists = match flags[0] {
-            Some((true, key)) if base_ok => self.specialists(decl, key),
+        let specialists = match specialists_flag {
+            Some((Some(sizing), key)) if base_ok => self.specialists(decl, key, sizing),
             _ => Some(Vec::new()),
         };
-        let base = flags[1].map_or(Sweep::DEFAULT_BASE, |(b, _)| b);
-        if let Some((false, key)) = flags[1] {
-            let others = ablations.len() + usize::from(matches!(flags[0], Some((true, _))));
+        let base = base_flag.map_or(Sweep::DEFAULT_BASE, |(b, _)| b);
+        if let Some((false, key)) = base_flag {
+            let others =
+                ablations.len() + usize::from(matches!(specialists_flag, Some((Some(_), _))));
             if others == 0 && base_ok {
                 self.error(
                     Diagnostic::new(
@@ -143,6 +156,32 @@ impl Checker {
             specialists,
             base,
         })
+    }
+
+    /// `specialists = true | false | by_weight`: how each specialist is sized, `None` for none.
+    fn sizing(&mut self, value: &Value) -> Option<Option<Sizing>> {
+        match &value.kind {
+            ValueKind::Bool(b) => Some(b.then_some(Sizing::AsWritten)),
+            ValueKind::Ident(name) if name == "by_weight" => Some(Some(Sizing::ByWeight)),
+            ValueKind::Ident(name) => {
+                let hint = suggest(name, ["by_weight", "true", "false"]).unwrap_or_else(|| {
+                    "`specialists` is `true`, `false` or `by_weight`".to_string()
+                });
+                self.error(
+                    Diagnostic::new(
+                        value.span,
+                        format!("unknown value `{name}` for `specialists`"),
+                        "not one of the choices",
+                    )
+                    .with_hint(hint),
+                );
+                None
+            }
+            _ => {
+                self.wrong_type("specialists", value, "`true`, `false` or `by_weight`");
+                None
+            }
+        }
     }
 
     fn seeds(&mut self, value: &Value) -> Option<Vec<u64>> {
@@ -204,9 +243,15 @@ impl Checker {
 
     /// `specialists = true`: one experiment per task, with that task alone. Curriculum stages
     /// that list tasks keep only this one; a stage that lists only other tasks would have
-    /// nothing to sample, which is an error (at the `specialists` key) rather than a silent
-    /// change of what the stage trains on.
-    fn specialists(&mut self, decl: &ExperimentDecl, key: &Ident) -> Option<Vec<Specialist>> {
+    /// nothing to train on, which is an error (at the `specialists` key) rather than a silent
+    /// change of what the stage trains on. `by_weight` then resizes each specialist by its
+    /// task's share of the weights ([`by_weight`]) and checks it again.
+    fn specialists(
+        &mut self,
+        decl: &ExperimentDecl,
+        key: &Ident,
+        sizing: Sizing,
+    ) -> Option<Vec<Specialist>> {
         let tasks: Vec<&Ident> = decl
             .body
             .items
@@ -220,6 +265,7 @@ impl Checker {
                 _ => None,
             })
             .collect();
+        let mut alone_decls = Vec::new();
         let mut specialists = Vec::new();
         let mut ok = true;
         for task in tasks {
@@ -252,11 +298,52 @@ impl Checker {
                 &format!("specialist `{}`", task.name),
                 "the single-task experiment does not check",
             ) {
-                Some(experiment) => specialists.push(Specialist {
-                    task: task.name.clone(),
-                    experiment: Box::new(experiment),
-                }),
+                Some(experiment) => {
+                    specialists.push(Specialist {
+                        task: task.name.clone(),
+                        experiment: Box::new(experiment),
+                    });
+                    alone_decls.push(changed);
+                }
                 None => ok = false,
+            }
+        }
+        if !ok {
+            return None;
+        }
+        if let Sizing::ByWeight = sizing {
+            let weights: Vec<f64> = specialists
+                .iter()
+                .map(|s| s.experiment.tasks[0].weight)
+                .collect();
+            let shares = WeightShares::new(&weights);
+            if let Err(d) = shares.whole_batches(&specialists, key) {
+                self.error(d);
+                return None;
+            }
+            for ((specialist, changed), factor) in specialists
+                .iter_mut()
+                .zip(&alone_decls)
+                .zip(shares.factors())
+            {
+                let label = format!("specialist `{}` (by weight, x{factor:.3})", specialist.task);
+                let resized = match by_weight(changed, &specialist.experiment, factor, key) {
+                    Ok(resized) => resized,
+                    Err(d) => {
+                        self.error(d);
+                        ok = false;
+                        continue;
+                    }
+                };
+                match self.recheck(
+                    &resized,
+                    key.span,
+                    &label,
+                    "the specialist resized by its weight does not check",
+                ) {
+                    Some(experiment) => *specialist.experiment = experiment,
+                    None => ok = false,
+                }
             }
         }
         ok.then_some(specialists)
@@ -292,6 +379,212 @@ impl Checker {
         }
         experiment
     }
+}
+
+/// How `specialists` sizes each specialist.
+#[derive(Clone, Copy, Debug)]
+enum Sizing {
+    /// `true`: the file's sizes as written.
+    AsWritten,
+    /// `by_weight`: the file's sizes times the task's [`WeightShares`] factor.
+    ByWeight,
+}
+
+/// Each task's weight against an equal split, `weight × tasks / Σ weights` (1 for every task
+/// when the weights are equal): a file sized for one task in `n` (the multi-task run's batches
+/// divided by the number of tasks, say) is sized for task `i` when multiplied by factor `i`,
+/// since the multi-task run draws task `i` with probability `weight_i / Σ weights`.
+struct WeightShares(Vec<f64>);
+
+impl WeightShares {
+    fn new(weights: &[f64]) -> Self {
+        let total: f64 = weights.iter().sum();
+        let n = weights.len() as f64;
+        Self(weights.iter().map(|w| w * n / total).collect())
+    }
+
+    fn factors(&self) -> impl Iterator<Item = f64> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// An error at `key` unless every specialist's RL batch, `batch × factor`, is a whole
+    /// number of groups; its hint names the smallest `batch` for which all of them are. A
+    /// specialist with no RL steps has no batch to divide.
+    fn whole_batches(&self, specialists: &[Specialist], key: &Ident) -> Result<(), Diagnostic> {
+        for (specialist, factor) in specialists.iter().zip(self.factors()) {
+            let experiment = &specialist.experiment;
+            let (batch, group) = (experiment.train.batch, experiment.algorithm.group_size);
+            if experiment.train.steps == 0 || scaled_batch(batch, factor, group).is_some() {
+                continue;
+            }
+            let exact = batch as f64 * factor;
+            let groups = if group > 1 {
+                format!("a whole number of groups of {group}")
+            } else {
+                "a whole number".to_string()
+            };
+            let hint = match self.smallest_whole_batch(group) {
+                Some((base, each)) => {
+                    let each: Vec<String> = specialists
+                        .iter()
+                        .zip(each)
+                        .map(|(s, b)| format!("{} {b}", s.task))
+                        .collect();
+                    format!(
+                        "with `batch = {base}` in `train` every specialist's batch is {groups} \
+                         ({})",
+                        each.join(", ")
+                    )
+                }
+                None => "give the tasks weights in simple ratios (1 and 2, say), so that \
+                         some batch divides among them"
+                    .to_string(),
+            };
+            return Err(Diagnostic::new(
+                key.span,
+                format!(
+                    "specialist `{}`: `specialists = by_weight` makes its RL batch {} \
+                     (`batch = {batch}` x {factor:.3}), not {groups}",
+                    specialist.task,
+                    trimmed(exact)
+                ),
+                "specialists sized by weight are asked for here",
+            )
+            .with_hint(hint));
+        }
+        Ok(())
+    }
+
+    /// The smallest base batch (a multiple of `group`, up to 4096 groups) whose every scaled
+    /// batch is whole, with those batches.
+    fn smallest_whole_batch(&self, group: usize) -> Option<(usize, Vec<usize>)> {
+        (1..=4096).map(|k| k * group).find_map(|base| {
+            let each: Option<Vec<usize>> = self
+                .factors()
+                .map(|f| scaled_batch(base, f, group))
+                .collect();
+            each.map(|each| (base, each))
+        })
+    }
+}
+
+/// `batch × factor` when it is a whole, positive number of groups of `group`.
+fn scaled_batch(batch: usize, factor: f64, group: usize) -> Option<usize> {
+    let exact = batch as f64 * factor;
+    let whole = exact.round();
+    let scaled = whole as usize;
+    ((exact - whole).abs() <= 1e-9 * exact.max(1.0)
+        && scaled >= 1
+        && scaled.is_multiple_of(group.max(1)))
+    .then_some(scaled)
+}
+
+/// `x` with at most two decimals and no trailing zeros: `13.33`, `6`.
+fn trimmed(x: f64) -> String {
+    let text = format!("{x:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// `specialists = by_weight`: the single-task `decl` (checked as `experiment`) with its data
+/// scaled by `factor`: the warm-up's steps, its demonstrations and its rate schedule's step
+/// counts (rounded; at least 1 step and demonstration), and, when it has RL steps, its RL
+/// batch (already known to be whole, [`WeightShares::whole_batches`]). The batches of the
+/// warm-up and the RL step count stay as written, so every optimizer step is the same size
+/// and the RL schedules (curriculum stages, refreshes, evaluations) keep their meaning.
+fn by_weight(
+    decl: &ExperimentDecl,
+    experiment: &Experiment,
+    factor: f64,
+    key: &Ident,
+) -> Result<ExperimentDecl, Diagnostic> {
+    let span = key.span;
+    let path = |names: &[&str]| -> Vec<Ident> {
+        names
+            .iter()
+            .map(|name| Ident {
+                name: (*name).to_string(),
+                span,
+            })
+            .collect()
+    };
+    let int = |n: u64| Value {
+        kind: ValueKind::Int(n.into()),
+        span,
+    };
+    let scale = |n: u64| (n as f64 * factor).round() as u64;
+    let mut resized = decl.clone();
+    let train = section_body(&mut resized.body, "train", None, key, span)?;
+    if let Some(warmup) = &experiment.train.warmup {
+        let steps = scale(warmup.steps).max(1);
+        set(
+            train,
+            &path(&["warmup", "steps"]),
+            &int(steps),
+            span,
+            "train",
+        )?;
+        let demonstrations = scale(warmup.demonstrations as u64).max(1);
+        set(
+            train,
+            &path(&["warmup", "demonstrations"]),
+            &int(demonstrations),
+            span,
+            "train",
+        )?;
+        let lr = match warmup.lr {
+            Schedule::Constant(_) => None,
+            Schedule::Linear { from, to, over } => {
+                Some(("linear", from, to, "over", scale(over).max(1)))
+            }
+            Schedule::Cosine { from, to, over } => {
+                Some(("cosine", from, to, "over", scale(over).max(1)))
+            }
+            Schedule::Step { from, to, at } => Some(("step", from, to, "at", scale(at))),
+        };
+        if let Some((shape, from, to, ramp, steps)) = lr {
+            let float = |x: f64| {
+                Box::new(Value {
+                    kind: ValueKind::Float(x),
+                    span,
+                })
+            };
+            let schedule = Value {
+                kind: ValueKind::Call {
+                    name: Ident {
+                        name: shape.to_string(),
+                        span,
+                    },
+                    args: vec![
+                        Arg {
+                            name: None,
+                            value: Value {
+                                kind: ValueKind::Arrow(float(from), float(to)),
+                                span,
+                            },
+                            span,
+                        },
+                        Arg {
+                            name: Some(Ident {
+                                name: ramp.to_string(),
+                                span,
+                            }),
+                            value: int(steps),
+                            span,
+                        },
+                    ],
+                },
+                span,
+            };
+            set(train, &path(&["warmup", "lr"]), &schedule, span, "train")?;
+        }
+    }
+    if experiment.train.steps > 0 {
+        let (batch, group) = (experiment.train.batch, experiment.algorithm.group_size);
+        if let Some(batch) = scaled_batch(batch, factor, group) {
+            set(train, &path(&["batch"]), &int(batch as u64), span, "train")?;
+        }
+    }
+    Ok(resized)
 }
 
 /// The experiment without its `sweep`, with `task` its only task: other `task` blocks are
