@@ -326,7 +326,7 @@ impl Checker {
                 .zip(&alone_decls)
                 .zip(shares.factors())
             {
-                let label = format!("specialist `{}` (by weight, x{factor:.3})", specialist.task);
+                let prefix = format!("specialist `{}` (by weight, x{factor:.3})", specialist.task);
                 let resized = match by_weight(changed, &specialist.experiment, factor, key) {
                     Ok(resized) => resized,
                     Err(d) => {
@@ -338,7 +338,7 @@ impl Checker {
                 match self.recheck(
                     &resized,
                     key.span,
-                    &label,
+                    &prefix,
                     "the specialist resized by its weight does not check",
                 ) {
                     Some(experiment) => *specialist.experiment = experiment,
