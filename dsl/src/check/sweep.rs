@@ -542,39 +542,7 @@ fn by_weight(
             Schedule::Step { from, to, at } => Some(("step", from, to, "at", scale(at))),
         };
         if let Some((shape, from, to, ramp, steps)) = lr {
-            let float = |x: f64| {
-                Box::new(Value {
-                    kind: ValueKind::Float(x),
-                    span,
-                })
-            };
-            let schedule = Value {
-                kind: ValueKind::Call {
-                    name: Ident {
-                        name: shape.to_string(),
-                        span,
-                    },
-                    args: vec![
-                        Arg {
-                            name: None,
-                            value: Value {
-                                kind: ValueKind::Arrow(float(from), float(to)),
-                                span,
-                            },
-                            span,
-                        },
-                        Arg {
-                            name: Some(Ident {
-                                name: ramp.to_string(),
-                                span,
-                            }),
-                            value: int(steps),
-                            span,
-                        },
-                    ],
-                },
-                span,
-            };
+            let schedule = schedule_value(shape, (from, to), (ramp, steps), span);
             set(train, &path(&["warmup", "lr"]), &schedule, span, "train")?;
         }
     }
@@ -585,6 +553,37 @@ fn by_weight(
         }
     }
     Ok(resized)
+}
+
+/// The syntax of a rate schedule `shape(from -> to, ramp = steps)` (`cosine(3e-3 -> 3e-4, over =
+/// 8000)`), all of it at `span`.
+fn schedule_value(
+    shape: &str,
+    (from, to): (f64, f64),
+    (ramp, steps): (&str, u64),
+    span: Span,
+) -> Value {
+    let ident = |name: &str| Ident {
+        name: name.to_string(),
+        span,
+    };
+    let value = |kind| Value { kind, span };
+    let float = |x| Box::new(value(ValueKind::Float(x)));
+    value(ValueKind::Call {
+        name: ident(shape),
+        args: vec![
+            Arg {
+                name: None,
+                value: value(ValueKind::Arrow(float(from), float(to))),
+                span,
+            },
+            Arg {
+                name: Some(ident(ramp)),
+                value: value(ValueKind::Int(steps.into())),
+                span,
+            },
+        ],
+    })
 }
 
 /// The experiment without its `sweep`, with `task` its only task: other `task` blocks are
