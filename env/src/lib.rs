@@ -138,6 +138,13 @@ pub trait TaskGenerator: Send + Sync {
     fn vocabulary(&self) -> Vec<String> {
         Vec::new()
     }
+    /// How many distinct instances `split` holds at `difficulty` when that is finite (a fixed
+    /// set of questions, a remote task's indices): index `i` is then instance `i % count`.
+    /// `None`, the default, says every index is an instance of its own. An evaluation that
+    /// plays more episodes than this repeats instances, which the runtime warns about.
+    fn instances(&self, _split: Split, _difficulty: u8) -> Option<u64> {
+        None
+    }
 }
 
 /// How an experiment's `remote = "URL"` tasks are reached: connects task `name` served at `url`

@@ -29,7 +29,9 @@ use crate::replay::{Replay, ReplayError, outcome_difference, step_difference};
 use crate::rollout::{Episode, EpisodeSpec, Turn, failed, finish, unparsed};
 use crate::serving::ChatMessage;
 use crate::spec::{self, Decoding};
-use crate::train::{RunOptions, RunSummary, eval_specs, evaluation_of, split_name};
+use crate::train::{
+    RunOptions, RunSummary, eval_specs, evaluation_of, repeated_instance_warnings, split_name,
+};
 use crate::trajectory::{self, Trajectory};
 
 /// The file of an endpoint evaluation's run directory that says which endpoint it played, how
@@ -170,25 +172,33 @@ pub fn evaluate_endpoint(
     let specs = eval_specs(&spec);
     let task_names: Vec<&str> = spec.tasks.iter().map(|t| t.name.as_str()).collect();
     let out = Progress::new(0, "", options.quiet);
+    for line in repeated_instance_warnings(&spec, &tasks) {
+        out.println(line);
+    }
     let mut evaluations = Vec::new();
     for &decoding in spec.eval.decoding.each() {
         let greedy = decoding == Decoding::Greedy;
         let train = &spec.train;
-        let sampling = Sampling {
+        let sampled = Sampling {
             temperature: train.temperature as f32,
             top_p: train.top_p as f32,
             top_k: train.top_k,
             max_new_tokens: train.max_new_tokens,
             stop: Vec::new(),
             stop_sequences: Vec::new(),
-            greedy,
+            greedy: false,
+        };
+        let sampling = if greedy {
+            sampled.into_greedy()
+        } else {
+            sampled
         };
         let request = |messages: &[ChatMessage], tools: &[ToolSchema], i: usize| {
             endpoint.reply(&EndpointRequest {
                 messages,
                 tools,
                 temperature: if greedy { 0.0 } else { sampling.temperature },
-                top_p: if greedy { 1.0 } else { sampling.top_p },
+                top_p: sampling.top_p,
                 max_tokens: sampling.max_new_tokens,
                 stop: &train.stop,
                 // OpenAI's seed is a signed 64-bit integer.

@@ -383,9 +383,11 @@ struct WarmupInputs<'a> {
     /// Where the engines run: the only pool key that reaches the warm-up (its devices).
     placement: &'a spec::Placement,
     optimizer: &'a spec::Optimizer,
-    temperature: f64,
-    top_p: f64,
-    top_k: Option<usize>,
+    /// How the warm-up's evaluation samples, when it does (`eval.decoding` `sampled` or
+    /// `both`). Greedy decoding reads none of it, so runs whose evaluation is greedy share a
+    /// warm-up whatever temperature their RL samples at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sampled: Option<SampledDecoding>,
     stop: &'a [String],
     max_new_tokens: usize,
     warmup: &'a spec::Warmup,
@@ -394,6 +396,14 @@ struct WarmupInputs<'a> {
     eval_split: spec::Split,
     eval_episodes: usize,
     eval_decoding: spec::EvalDecoding,
+}
+
+/// The sampling settings of [`WarmupInputs::sampled`].
+#[derive(serde::Serialize)]
+struct SampledDecoding {
+    temperature: f64,
+    top_p: f64,
+    top_k: Option<usize>,
 }
 
 /// Whether products are f32 (`matmul_precision`'s default).
@@ -488,9 +498,14 @@ impl<'a> WarmupInputs<'a> {
             grad_clip: *grad_clip,
             placement,
             optimizer,
-            temperature: *temperature,
-            top_p: *top_p,
-            top_k: *top_k,
+            sampled: eval_decoding
+                .each()
+                .contains(&spec::Decoding::Sampled)
+                .then_some(SampledDecoding {
+                    temperature: *temperature,
+                    top_p: *top_p,
+                    top_k: *top_k,
+                }),
             stop,
             max_new_tokens: *max_new_tokens,
             warmup: warmup.as_ref()?,
@@ -612,6 +627,24 @@ mod tests {
             ),
             key
         );
+    }
+
+    #[test]
+    fn sampling_reaches_the_key_only_through_a_sampled_evaluation() {
+        const SAMPLING: &str = "temperature = 1.3, top_p = 0.9, top_k = 5";
+        let greedy = |train: &str| key_of(&spec(train, "eval { decoding = greedy }"));
+        assert_eq!(greedy(WARMUP), greedy(&format!("{WARMUP}, {SAMPLING}")));
+        for decoding in ["sampled", "both"] {
+            let eval = format!("eval {{ decoding = {decoding} }}");
+            let key = |train: &str| key_of(&spec(train, &eval));
+            for setting in SAMPLING.split(", ") {
+                assert_ne!(
+                    key(WARMUP),
+                    key(&format!("{WARMUP}, {setting}")),
+                    "{eval} {setting}"
+                );
+            }
+        }
     }
 
     #[test]

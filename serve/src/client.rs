@@ -429,6 +429,11 @@ impl TaskGenerator for RemoteTask {
         let position = (index % indices.len() as u64) as usize;
         Box::new(self.episode(indices[position].clone()))
     }
+
+    /// The controller's indices of the split, whatever the difficulty.
+    fn instances(&self, split: Split, _difficulty: u8) -> Option<u64> {
+        Some(self.split(split).len() as u64)
+    }
 }
 
 /// One episode of a [`RemoteTask`], played through the controller. See the

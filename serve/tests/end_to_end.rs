@@ -383,6 +383,15 @@ fn a_remote_task_splits_its_indices_disjointly() {
     assert_eq!(train.len() + test.len(), 20);
     assert!(!train.is_empty() && !test.is_empty());
     assert!(train.iter().all(|i| !test.contains(i)));
+    // Its instances are its indices, at every difficulty: an evaluation longer wraps around.
+    for (split, indices) in [(Split::Train, train), (Split::Test, test)] {
+        for difficulty in 1..=3 {
+            assert_eq!(
+                remote.instances(split, difficulty),
+                Some(indices.len() as u64)
+            );
+        }
+    }
     // Instance `i` of a split is an index of that split.
     for split in [Split::Train, Split::Test] {
         let mut env = remote.instance(split, 1, 3);

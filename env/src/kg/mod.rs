@@ -120,6 +120,11 @@ impl TaskGenerator for Kg {
         Box::new(self.episode(split, difficulty, index))
     }
 
+    /// The questions of the split at that difficulty: a fixed set, which indices wrap around.
+    fn instances(&self, split: Split, difficulty: u8) -> Option<u64> {
+        Some(self.questions(split, difficulty).len() as u64)
+    }
+
     /// Every word of the questions and observations: template, tool, error and observation
     /// words, type, relation, attribute and entity names, numbers up to the largest type's size,
     /// and the variables `#0` to `#15`.

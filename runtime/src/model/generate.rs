@@ -61,6 +61,20 @@ impl Default for Sampling {
 }
 
 impl Sampling {
+    /// These settings decoding greedily. Greedy decoding reads neither temperature nor top-p
+    /// nor top-k, so they take their neutral values (1, 1, none): the record of a greedy
+    /// evaluation then says nothing of how the run samples elsewhere, and runs that differ only
+    /// there write the same records (and share a warm-up, see `crate::shared_warmup`).
+    pub fn into_greedy(self) -> Self {
+        Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: None,
+            greedy: true,
+            ..self
+        }
+    }
+
     /// The temperature the recorded log-probabilities are under (greedy records
     /// temperature 1, see [`Generation::logprobs`]).
     pub fn scoring_temperature(&self) -> f64 {

@@ -1,6 +1,9 @@
 //! Evaluation on fixed held-out instances, at the points of a run [`EvalPoint`] names.
 
+use std::collections::BTreeSet;
+
 use agentry_dsl::spec::{self, Decoding};
+use agentry_env::TaskGenerator;
 use burn::module::AutodiffModule;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -183,6 +186,74 @@ pub(crate) fn eval_specs(spec: &spec::Experiment) -> Vec<EpisodeSpec> {
     specs
 }
 
+/// A warning for each task whose evaluation plays some instance more than once: its generator
+/// holds fewer distinct instances of the split at a difficulty than the evaluation gives that
+/// difficulty ([`TaskGenerator::instances`]), so indices wrap around, the repeats count twice in
+/// the task's success, and its interval is narrower than the instances warrant.
+pub(crate) fn repeated_instance_warnings(
+    spec: &spec::Experiment,
+    tasks: &[Box<dyn TaskGenerator>],
+) -> Vec<String> {
+    let specs = eval_specs(spec);
+    let split = match spec.eval.split {
+        spec::Split::Train => "train",
+        spec::Split::Test => "test",
+    };
+    let mut warnings = Vec::new();
+    for (t, (task, generator)) in spec.tasks.iter().zip(tasks).enumerate() {
+        let mut seen = BTreeSet::new();
+        // The most episodes that play no instance twice: where the first repeat falls.
+        let mut first_repeat = None;
+        let mut played = 0;
+        for episode in specs.iter().filter(|e| e.task == t) {
+            let instance = match generator.instances(episode.split, episode.difficulty) {
+                Some(count) if count > 0 => episode.index % count,
+                _ => episode.index,
+            };
+            if !seen.insert((episode.difficulty, instance)) {
+                first_repeat.get_or_insert(played);
+            }
+            played += 1;
+        }
+        let Some(most) = first_repeat else {
+            continue;
+        };
+        let levels: Vec<u8> = (task.difficulty.min..=task.difficulty.max).collect();
+        let counts: Vec<String> = levels
+            .iter()
+            .map(
+                |&d| match generator.instances(env_split(spec.eval.split), d) {
+                    Some(count) => count.to_string(),
+                    None => "unbounded".to_string(),
+                },
+            )
+            .collect();
+        let at = match levels.as_slice() {
+            [one] => format!("difficulty {one}"),
+            _ => format!(
+                "difficulties {}",
+                levels
+                    .iter()
+                    .map(u8::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let repeats = match played - seen.len() {
+            1 => "1 episode repeats".to_string(),
+            n => format!("{n} episodes repeat"),
+        };
+        warnings.push(format!(
+            "warning: task `{}`: its evaluation plays {played} episodes of the {split} split, \
+             which holds {} distinct instances at {at}, so {repeats} an instance, counted twice \
+             in its success; `eval.episodes = {most}` plays each once",
+            task.name,
+            counts.join(", "),
+        ));
+    }
+    warnings
+}
+
 /// The name of the split evaluations run on, for the progress lines.
 pub(crate) fn split_name(split: spec::Split) -> &'static str {
     match split {
@@ -242,4 +313,83 @@ fn describe(evaluation: &Evaluation) -> String {
         evaluation.success,
         per_task.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use agentry_env::{Environment, Split};
+
+    use super::*;
+
+    fn experiment(task: &str, episodes: usize) -> spec::Experiment {
+        agentry_dsl::check(&format!(
+            "experiment e {{
+                model policy {{ arch = transformer {{ layers = 1, d_model = 16, heads = 2 }} }}
+                {task}
+                algorithm grpo {{ group_size = 2 }}
+                train {{ steps = 1, batch = 2 }}
+                eval {{ episodes = {episodes} }}
+            }}"
+        ))
+        .expect("the test experiment checks")
+        .into_inner()
+    }
+
+    /// Three instances at difficulty 1, five at 2, as KG's fixed questions are a fixed set.
+    struct Few;
+
+    impl TaskGenerator for Few {
+        fn version(&self) -> &str {
+            "few-1"
+        }
+        fn instance(&self, split: Split, difficulty: u8, index: u64) -> Box<dyn Environment> {
+            agentry_env::kg::Kg::default().instance(split, difficulty, index)
+        }
+        fn instances(&self, _split: Split, difficulty: u8) -> Option<u64> {
+            Some(if difficulty == 1 { 3 } else { 5 })
+        }
+    }
+
+    #[test]
+    fn an_evaluation_longer_than_a_fixed_set_of_instances_is_warned_about() {
+        let kg: Vec<Box<dyn TaskGenerator>> = vec![Box::new(agentry_env::kg::Kg::default())];
+        let held_out = kg[0]
+            .instances(Split::Test, 1)
+            .expect("KG's questions are a fixed set");
+        let spec = |episodes| experiment("task kg { env = kg, difficulty = 1 }", episodes);
+        assert!(repeated_instance_warnings(&spec(held_out as usize), &kg).is_empty());
+        let warnings = repeated_instance_warnings(&spec(held_out as usize + 7), &kg);
+        assert_eq!(
+            warnings,
+            [format!(
+                "warning: task `kg`: its evaluation plays {} episodes of the test split, which \
+                 holds {held_out} distinct instances at difficulty 1, so 7 episodes repeat an \
+                 instance, counted twice in its success; `eval.episodes = {held_out}` plays each \
+                 once",
+                held_out + 7
+            )]
+        );
+    }
+
+    #[test]
+    fn the_largest_evaluation_without_repeats_is_found_across_difficulties() {
+        let few: Vec<Box<dyn TaskGenerator>> = vec![Box::new(Few)];
+        let spec = |episodes| experiment("task kg { env = kg, difficulty = 1 .. 2 }", episodes);
+        // Difficulty 1 plays indices 0, 2, 4, 6 (instances 0, 2, 1, 0): episode 6 repeats.
+        assert!(repeated_instance_warnings(&spec(6), &few).is_empty());
+        let warnings = repeated_instance_warnings(&spec(8), &few);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains(
+                "holds 3, 5 distinct instances at difficulties 1, 2, so 1 episode repeats"
+            ) && warnings[0].ends_with("`eval.episodes = 6` plays each once"),
+            "{}",
+            warnings[0]
+        );
+        // Tasks whose every index is an instance of its own are never warned about.
+        let os: Vec<Box<dyn TaskGenerator>> = vec![Box::new(agentry_env::os::Os::default())];
+        assert!(
+            repeated_instance_warnings(&experiment("task os { env = os }", 500), &os).is_empty()
+        );
+    }
 }

@@ -14,7 +14,7 @@ mod exchange;
 mod nodes;
 mod prepare;
 
-pub(crate) use eval::{eval_specs, evaluation_of, split_name};
+pub(crate) use eval::{eval_specs, evaluation_of, repeated_instance_warnings, split_name};
 mod record;
 mod replicas;
 mod setup;
@@ -391,6 +391,9 @@ impl<B: TrainBackend> Trainer<B> {
                 needed - vocab
             ));
         }
+        for line in repeated_instance_warnings(&self.spec, &self.tasks) {
+            out.println(line);
+        }
         self.warm_up(&out)?;
         let steps = self.spec.train.steps;
         let Phase::Rl { step: done } = self.state.phase else {
@@ -649,9 +652,10 @@ impl<B: TrainBackend> Trainer<B> {
         warnings
     }
 
+    /// The training settings' decoding, or greedy ([`Sampling::into_greedy`]).
     fn sampling(&self, greedy: bool) -> Sampling {
         let train = &self.spec.train;
-        Sampling {
+        let sampled = Sampling {
             temperature: train.temperature as f32,
             top_p: train.top_p as f32,
             top_k: train.top_k,
@@ -662,7 +666,12 @@ impl<B: TrainBackend> Trainer<B> {
                 .iter()
                 .map(|s| self.chat.tokenizer().encode(s))
                 .collect(),
-            greedy,
+            greedy: false,
+        };
+        if greedy {
+            sampled.into_greedy()
+        } else {
+            sampled
         }
     }
 

@@ -168,6 +168,58 @@ fn a_run_from_an_earlier_warmup_writes_what_it_would_have_written_alone() {
     );
 }
 
+/// Greedy decoding reads no sampling setting, so a run whose evaluation is greedy takes the
+/// warm-up of one whose RL sampled at another temperature, and still writes what it would have
+/// written alone (its greedy evaluations record no temperature).
+#[test]
+fn runs_that_evaluate_greedily_share_a_warmup_across_temperatures() {
+    let _one = serial();
+    let at = |temperature: f64| {
+        later(5)
+            .replace(
+                "max_new_tokens = 8",
+                &format!("max_new_tokens = 8, temperature = {temperature}, top_k = 20"),
+            )
+            .replace("eval {", "eval { decoding = greedy,")
+    };
+    let earlier_out = common::scratch_in("warmup_from", "greedy-earlier");
+    let earlier = run(&experiment(&at(0.6)), &earlier_out, None).expect("the earlier run");
+    let alone_out = common::scratch_in("warmup_from", "greedy-alone");
+    let alone = run(&experiment(&at(1.4)), &alone_out, None).expect("the run alone");
+    let taken_out = common::scratch_in("warmup_from", "greedy-taken");
+    let taken = run(&experiment(&at(1.4)), &taken_out, Some(&earlier_out))
+        .expect("the run from the warm-up sampled at another temperature");
+
+    assert_eq!(
+        taken.warmup_from.as_deref(),
+        Some(earlier.run_dir.as_path())
+    );
+    assert_eq!(
+        common::metrics_without_timings(&alone.run_dir),
+        common::metrics_without_timings(&taken.run_dir)
+    );
+    for file in [
+        "samples-warmup.txt",
+        "episodes/warmup.jsonl",
+        "episodes/final.jsonl",
+    ] {
+        assert!(
+            read(&alone.run_dir, file) == read(&taken.run_dir, file),
+            "{file} differs"
+        );
+    }
+    assert!(
+        common::final_weight_bits(&alone.run_dir, false)
+            == common::final_weight_bits(&taken.run_dir, false),
+        "the final weights differ"
+    );
+    // The temperatures really differ where RL samples.
+    assert_ne!(
+        common::metrics_without_timings(&earlier.run_dir),
+        common::metrics_without_timings(&taken.run_dir)
+    );
+}
+
 #[test]
 fn warmup_from_says_why_there_is_nothing_to_take() {
     let out = common::scratch_in("warmup_from", "nothing");
