@@ -179,7 +179,7 @@ pub fn evaluate_endpoint(
     for &decoding in spec.eval.decoding.each() {
         let greedy = decoding == Decoding::Greedy;
         let train = &spec.train;
-        let sampled = Sampling {
+        let sampling = Sampling {
             temperature: train.temperature as f32,
             top_p: train.top_p as f32,
             top_k: train.top_k,
@@ -187,12 +187,8 @@ pub fn evaluate_endpoint(
             stop: Vec::new(),
             stop_sequences: Vec::new(),
             greedy: false,
-        };
-        let sampling = if greedy {
-            sampled.into_greedy()
-        } else {
-            sampled
-        };
+        }
+        .greedy_if(greedy);
         let request = |messages: &[ChatMessage], tools: &[ToolSchema], i: usize| {
             endpoint.reply(&EndpointRequest {
                 messages,

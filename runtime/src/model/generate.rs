@@ -75,6 +75,12 @@ impl Sampling {
         }
     }
 
+    /// These settings as an evaluation decodes: [`Sampling::into_greedy`] when `greedy`,
+    /// unchanged otherwise.
+    pub fn greedy_if(self, greedy: bool) -> Self {
+        if greedy { self.into_greedy() } else { self }
+    }
+
     /// The temperature the recorded log-probabilities are under (greedy records
     /// temperature 1, see [`Generation::logprobs`]).
     pub fn scoring_temperature(&self) -> f64 {

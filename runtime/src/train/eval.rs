@@ -1,6 +1,6 @@
 //! Evaluation on fixed held-out instances, at the points of a run [`EvalPoint`] names.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use agentry_dsl::spec::{self, Decoding};
 use agentry_env::TaskGenerator;
@@ -195,18 +195,26 @@ pub(crate) fn repeated_instance_warnings(
     tasks: &[Box<dyn TaskGenerator>],
 ) -> Vec<String> {
     let specs = eval_specs(spec);
+    // The split as `eval.split` names it (the progress lines' `split_name` says "held-out").
     let split = match spec.eval.split {
         spec::Split::Train => "train",
         spec::Split::Test => "test",
     };
     let mut warnings = Vec::new();
     for (t, (task, generator)) in spec.tasks.iter().zip(tasks).enumerate() {
+        let levels: Vec<u8> = (task.difficulty.min..=task.difficulty.max).collect();
+        // Each difficulty's distinct instances, asked once: a generator may count them by
+        // walking its data.
+        let instances: BTreeMap<u8, Option<u64>> = levels
+            .iter()
+            .map(|&d| (d, generator.instances(env_split(spec.eval.split), d)))
+            .collect();
         let mut seen = BTreeSet::new();
         // The most episodes that play no instance twice: where the first repeat falls.
         let mut first_repeat = None;
         let mut played = 0;
         for episode in specs.iter().filter(|e| e.task == t) {
-            let instance = match generator.instances(episode.split, episode.difficulty) {
+            let instance = match instances.get(&episode.difficulty).copied().flatten() {
                 Some(count) if count > 0 => episode.index % count,
                 _ => episode.index,
             };
@@ -218,15 +226,12 @@ pub(crate) fn repeated_instance_warnings(
         let Some(most) = first_repeat else {
             continue;
         };
-        let levels: Vec<u8> = (task.difficulty.min..=task.difficulty.max).collect();
-        let counts: Vec<String> = levels
-            .iter()
-            .map(
-                |&d| match generator.instances(env_split(spec.eval.split), d) {
-                    Some(count) => count.to_string(),
-                    None => "unbounded".to_string(),
-                },
-            )
+        let counts: Vec<String> = instances
+            .values()
+            .map(|count| match count {
+                Some(count) => count.to_string(),
+                None => "unbounded".to_string(),
+            })
             .collect();
         let at = match levels.as_slice() {
             [one] => format!("difficulty {one}"),

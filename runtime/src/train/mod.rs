@@ -652,10 +652,10 @@ impl<B: TrainBackend> Trainer<B> {
         warnings
     }
 
-    /// The training settings' decoding, or greedy ([`Sampling::into_greedy`]).
+    /// The training settings' decoding, or greedy ([`Sampling::greedy_if`]).
     fn sampling(&self, greedy: bool) -> Sampling {
         let train = &self.spec.train;
-        let sampled = Sampling {
+        Sampling {
             temperature: train.temperature as f32,
             top_p: train.top_p as f32,
             top_k: train.top_k,
@@ -667,12 +667,8 @@ impl<B: TrainBackend> Trainer<B> {
                 .map(|s| self.chat.tokenizer().encode(s))
                 .collect(),
             greedy: false,
-        };
-        if greedy {
-            sampled.into_greedy()
-        } else {
-            sampled
         }
+        .greedy_if(greedy)
     }
 
     /// Whether `checkpoint_every` falls on `step` (warm-up and RL steps count separately).

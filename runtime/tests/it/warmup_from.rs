@@ -75,6 +75,26 @@ fn warmup_from_error(result: Result<RunSummary, RunError>) -> WarmupFromError {
     }
 }
 
+/// Asserts that two runs wrote the same metrics (timings aside), the same `files` and the same
+/// final weights, bit for bit.
+fn assert_wrote_the_same(alone: &RunSummary, taken: &RunSummary, files: &[&str]) {
+    assert_eq!(
+        common::metrics_without_timings(&alone.run_dir),
+        common::metrics_without_timings(&taken.run_dir)
+    );
+    for file in files {
+        assert!(
+            read(&alone.run_dir, file) == read(&taken.run_dir, file),
+            "{file} differs"
+        );
+    }
+    assert!(
+        common::final_weight_bits(&alone.run_dir, false)
+            == common::final_weight_bits(&taken.run_dir, false),
+        "the final weights differ"
+    );
+}
+
 #[test]
 fn a_run_from_an_earlier_warmup_writes_what_it_would_have_written_alone() {
     let _one = serial();
@@ -98,31 +118,21 @@ fn a_run_from_an_earlier_warmup_writes_what_it_would_have_written_alone() {
         taken.warmup_from.as_deref(),
         Some(earlier.run_dir.as_path())
     );
-    assert_eq!(
-        common::metrics_without_timings(&alone.run_dir),
-        common::metrics_without_timings(&taken.run_dir)
-    );
     assert_eq!(alone.after_warmup, taken.after_warmup);
     assert_eq!(alone.after_rl, taken.after_rl);
-    for file in [
-        "samples-warmup.txt",
-        "samples-warmup-sampled.txt",
-        "episodes/warmup.jsonl",
-        "episodes/warmup-sampled.jsonl",
-        "episodes/periodic-000001.jsonl",
-        "samples-final.txt",
-        "episodes/final.jsonl",
-        "tokenizer.json",
-    ] {
-        assert!(
-            read(&alone.run_dir, file) == read(&taken.run_dir, file),
-            "{file} differs"
-        );
-    }
-    assert!(
-        common::final_weight_bits(&alone.run_dir, false)
-            == common::final_weight_bits(&taken.run_dir, false),
-        "the final weights differ"
+    assert_wrote_the_same(
+        &alone,
+        &taken,
+        &[
+            "samples-warmup.txt",
+            "samples-warmup-sampled.txt",
+            "episodes/warmup.jsonl",
+            "episodes/warmup-sampled.jsonl",
+            "episodes/periodic-000001.jsonl",
+            "samples-final.txt",
+            "episodes/final.jsonl",
+            "tokenizer.json",
+        ],
     );
     // The warm-up's checkpoints are the earlier run's; the one at its end is also this run's
     // own, to resume from.
@@ -194,24 +204,14 @@ fn runs_that_evaluate_greedily_share_a_warmup_across_temperatures() {
         taken.warmup_from.as_deref(),
         Some(earlier.run_dir.as_path())
     );
-    assert_eq!(
-        common::metrics_without_timings(&alone.run_dir),
-        common::metrics_without_timings(&taken.run_dir)
-    );
-    for file in [
-        "samples-warmup.txt",
-        "episodes/warmup.jsonl",
-        "episodes/final.jsonl",
-    ] {
-        assert!(
-            read(&alone.run_dir, file) == read(&taken.run_dir, file),
-            "{file} differs"
-        );
-    }
-    assert!(
-        common::final_weight_bits(&alone.run_dir, false)
-            == common::final_weight_bits(&taken.run_dir, false),
-        "the final weights differ"
+    assert_wrote_the_same(
+        &alone,
+        &taken,
+        &[
+            "samples-warmup.txt",
+            "episodes/warmup.jsonl",
+            "episodes/final.jsonl",
+        ],
     );
     // The temperatures really differ where RL samples.
     assert_ne!(
