@@ -256,7 +256,12 @@ impl<B: Backend, P: Protocol> TensorDataService<B, P> {
                         return;
                     }
                 }
-                Err(err) => panic!("Failed to receive message from websocket: {err:?}"),
+                // Patched for Agentry (see `patches/README.md`): a peer that stopped breaks its
+                // connection; that ends the connection, not the process's runtime with a panic.
+                Err(err) => {
+                    log::warn!("A peer's download connection broke: {err:?}");
+                    return;
+                }
             };
         }
         log::info!("[Data Service] Closing connection for download.");
