@@ -577,12 +577,14 @@ fn train(t: &Train) -> TokenStream {
     let warmup = option(&t.warmup, |w: &Warmup| {
         let (steps, lr) = (uint(w.steps), schedule(&w.lr));
         let (demonstrations, batch) = (size(w.demonstrations), size(w.batch));
+        let instances = option(&w.instances, |n| uint(*n));
         quote! {
             ::agentry::spec::Warmup {
                 steps: #steps,
                 lr: #lr,
                 demonstrations: #demonstrations,
                 batch: #batch,
+                instances: #instances,
             }
         }
     });

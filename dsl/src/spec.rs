@@ -842,6 +842,13 @@ pub struct Warmup {
     pub demonstrations: usize,
     /// Demonstrations per optimizer step, >= 1. Default 16.
     pub batch: usize,
+    /// How many instances of each task's training split (at each difficulty) the
+    /// demonstrations come from: indices `0..n`, >= 1. `None`, the default, draws from all of
+    /// it. RL draws from all of it either way, so a cap leaves instances that only RL meets.
+    /// Left out of the serialized experiment when `None`, so warm-ups recorded before the key
+    /// existed still match (`--warmup-from`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<u64>,
 }
 
 /// `eval { ... }`.

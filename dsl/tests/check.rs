@@ -785,14 +785,16 @@ fn vocab_holds_the_specials_and_bytes_and_more() {
     );
 }
 
+/// `MINIMAL` training at `lr = 2e-3` after `warmup = sft { <sft> }`.
+fn warmup(sft: &str) -> String {
+    with(
+        "train { steps = 100, batch = 16 }",
+        &format!("train {{ steps = 100, batch = 16, lr = 2e-3, warmup = sft {{ {sft} }} }}"),
+    )
+}
+
 #[test]
 fn the_warmup_lr_is_the_training_lr_a_number_or_a_schedule_above_zero() {
-    let warmup = |sft: &str| {
-        with(
-            "train { steps = 100, batch = 16 }",
-            &format!("train {{ steps = 100, batch = 16, lr = 2e-3, warmup = sft {{ {sft} }} }}"),
-        )
-    };
     let lr = |source: &str| check(source).unwrap().train.warmup.unwrap().lr;
     assert_eq!(lr(&warmup("steps = 10")), Schedule::Constant(2e-3));
     assert_eq!(
@@ -824,6 +826,38 @@ fn the_warmup_lr_is_the_training_lr_a_number_or_a_schedule_above_zero() {
     let scheduled = lr(&warmup("steps = 10, lr = step(3e-3 -> 3e-4, at = 5)"));
     let json = serde_json::to_string(&scheduled).unwrap();
     assert_eq!(serde_json::from_str::<Schedule>(&json).unwrap(), scheduled);
+}
+
+#[test]
+fn warmup_instances_caps_the_demonstrations_instances_at_one_or_more() {
+    let instances = |source: &str| check(source).unwrap().train.warmup.unwrap().instances;
+    assert_eq!(instances(&warmup("steps = 10")), None);
+    assert_eq!(instances(&warmup("steps = 10, instances = 200")), Some(200));
+    let source = warmup("steps = 10, instances = 0");
+    let d = error(&source);
+    assert_eq!(text(&source, &d), "0");
+    assert!(d.message.contains("`instances`"), "{}", d.message);
+    let source = warmup("steps = 10, instance = 200");
+    let d = error(&source);
+    assert_eq!(text(&source, &d), "instance");
+    assert!(
+        d.hint.as_deref().unwrap_or("").contains("instances"),
+        "{d:?}"
+    );
+    // Recorded without the key (before it existed, or uncapped): uncapped, and written back
+    // without it, so `--warmup-from` matches warm-ups recorded before.
+    let recorded = r#"{"steps":10,"lr":0.006,"demonstrations":8,"batch":2}"#;
+    let old: Warmup = serde_json::from_str(recorded).unwrap();
+    assert_eq!(old.instances, None);
+    let json = serde_json::to_string(&old).unwrap();
+    assert!(!json.contains("instances"), "{json}");
+    let capped = Warmup {
+        instances: Some(200),
+        ..old
+    };
+    let json = serde_json::to_string(&capped).unwrap();
+    assert!(json.ends_with(r#""instances":200}"#), "{json}");
+    assert_eq!(serde_json::from_str::<Warmup>(&json).unwrap(), capped);
 }
 
 #[test]

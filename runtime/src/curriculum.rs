@@ -116,6 +116,21 @@ pub fn training_draw(
     }
 }
 
+/// A warm-up demonstration: drawn as [`training_draw`] draws step 0's episodes, from the first
+/// `warmup.instances` instances of the task's split when the warm-up caps them. (The index is
+/// reduced rather than drawn again, so an uncapped warm-up draws what it always drew.)
+pub fn demonstration_draw(
+    spec: &Experiment,
+    curriculum: &Curriculum,
+    rng: &mut ChaCha8Rng,
+) -> EpisodeSpec {
+    let mut draw = training_draw(spec, curriculum, 0, 0, rng);
+    if let Some(instances) = spec.train.warmup.and_then(|w| w.instances) {
+        draw.index %= instances;
+    }
+    draw
+}
+
 /// The environments' split of the language's.
 pub fn env_split(split: spec::Split) -> Split {
     match split {

@@ -608,6 +608,7 @@ mod tests {
         for other in [
             seed,
             spec("warmup = sft { steps = 6, lr = 0.005 }", ""),
+            spec("warmup = sft { steps = 5, lr = 0.005, instances = 40 }", ""),
             // The warm-up's `lr` defaults to the training one.
             spec("warmup = sft { steps = 5 }, lr = 0.007", ""),
             spec(&format!("{WARMUP}, max_new_tokens = 9"), ""),

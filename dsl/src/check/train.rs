@@ -305,7 +305,7 @@ impl Checker {
         }
     }
 
-    /// `warmup = sft { steps = n, lr, demonstrations, batch }`.
+    /// `warmup = sft { steps = n, lr, demonstrations, batch, instances }`.
     fn warmup(&mut self, value: &Value, train_lr: Option<f64>) -> Option<Warmup> {
         let (head, body) = self.constructor("warmup", value, "`none` or `sft { steps = ... }`")?;
         let body = body.as_ref();
@@ -331,7 +331,11 @@ impl Checker {
                 return None;
             }
         }
-        let table = self.table(body, "sft", &["steps", "lr", "demonstrations", "batch"]);
+        let table = self.table(
+            body,
+            "sft",
+            &["steps", "lr", "demonstrations", "batch", "instances"],
+        );
         let steps = match table.get("steps") {
             Some(v) => self.uint("steps", v, 1),
             None => {
@@ -354,11 +358,16 @@ impl Checker {
             Some(v) => self.size("batch", v, 1),
             None => Some(Warmup::DEFAULT_BATCH),
         };
+        let instances = match table.get("instances") {
+            Some(v) => self.uint("instances", v, 1).map(Some),
+            None => Some(None),
+        };
         Some(Warmup {
             steps: steps?,
             lr: lr?,
             demonstrations: demonstrations?,
             batch: batch?,
+            instances: instances?,
         })
     }
 

@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::state::RunState;
 use super::{Job, Trainer};
-use crate::curriculum::{Curriculum, training_draw};
+use crate::curriculum::{Curriculum, demonstration_draw};
 use crate::device;
 use crate::error::RunError;
 use crate::metrics::{RunConfig, RunDir};
@@ -77,7 +77,7 @@ impl<B: TrainBackend> Trainer<B> {
             .warmup
             .map_or(TOKENIZER_EPISODES_WITHOUT_WARMUP, |w| w.demonstrations);
         let demo_draws: Vec<EpisodeSpec> = (0..demo_count)
-            .map(|_| training_draw(&spec, &curriculum, 0, 0, &mut rng))
+            .map(|_| demonstration_draw(&spec, &curriculum, &mut rng))
             .collect();
         // A warm-up another run of this invocation trained identically is taken as it ended,
         // as `--warmup-from` takes an earlier run's.

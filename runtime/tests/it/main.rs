@@ -10,6 +10,7 @@ mod present;
 mod pretrained;
 
 mod checkpoint_resume;
+mod curriculum;
 mod data_parallel;
 mod endpoint;
 mod evaluation_only;
