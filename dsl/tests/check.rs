@@ -785,6 +785,10 @@ fn vocab_holds_the_specials_and_bytes_and_more() {
     );
 }
 
+/// A warm-up as experiments and checkpoints recorded before `lr` schedules and `instances`
+/// existed hold it.
+const RECORDED_WARMUP: &str = r#"{"steps":10,"lr":0.006,"demonstrations":8,"batch":2}"#;
+
 /// `MINIMAL` training at `lr = 2e-3` after `warmup = sft { <sft> }`.
 fn warmup(sft: &str) -> String {
     with(
@@ -820,8 +824,7 @@ fn the_warmup_lr_is_the_training_lr_a_number_or_a_schedule_above_zero() {
         Some("write `lr = linear(3e-3 -> 3e-4, over = 200)`")
     );
     // Experiments recorded before (`experiment.json`, checkpoints) hold a bare number.
-    let recorded = r#"{"steps":10,"lr":0.006,"demonstrations":8,"batch":2}"#;
-    let old: Warmup = serde_json::from_str(recorded).unwrap();
+    let old: Warmup = serde_json::from_str(RECORDED_WARMUP).unwrap();
     assert_eq!(old.lr, Schedule::Constant(0.006));
     let scheduled = lr(&warmup("steps = 10, lr = step(3e-3 -> 3e-4, at = 5)"));
     let json = serde_json::to_string(&scheduled).unwrap();
@@ -846,8 +849,7 @@ fn warmup_instances_caps_the_demonstrations_instances_at_one_or_more() {
     );
     // Recorded without the key (before it existed, or uncapped): uncapped, and written back
     // without it, so `--warmup-from` matches warm-ups recorded before.
-    let recorded = r#"{"steps":10,"lr":0.006,"demonstrations":8,"batch":2}"#;
-    let old: Warmup = serde_json::from_str(recorded).unwrap();
+    let old: Warmup = serde_json::from_str(RECORDED_WARMUP).unwrap();
     assert_eq!(old.instances, None);
     let json = serde_json::to_string(&old).unwrap();
     assert!(!json.contains("instances"), "{json}");

@@ -611,10 +611,11 @@ impl<B: TrainBackend> Trainer<B> {
     /// Warnings about the demonstrations, which would otherwise show only as a task stuck at
     /// zero: a task whose oracle calls are longer than a turn may generate (the policy learns
     /// them but could never finish one), and a task none of whose oracle episodes fits the
-    /// context (or is solved within the turn budget).
+    /// context (or is solved within the turn budget); and a task `warmup.instances` caps
+    /// nothing of.
     fn demonstration_warnings(&self) -> Vec<String> {
         let max_reply = self.spec.train.max_new_tokens;
-        let mut warnings = Vec::new();
+        let mut warnings = setup::uncapped_task_warnings(&self.spec, &self.tasks);
         for (task, counts) in self.spec.tasks.iter().zip(&self.demo_counts) {
             let DemoCounts {
                 drawn,

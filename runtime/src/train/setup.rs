@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
+use agentry_env::TaskGenerator;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::state::RunState;
 use super::{Job, Trainer};
-use crate::curriculum::{Curriculum, demonstration_draw};
+use crate::curriculum::{Curriculum, demonstration_draw, env_split};
 use crate::device;
 use crate::error::RunError;
 use crate::metrics::{RunConfig, RunDir};
@@ -236,5 +237,93 @@ impl DemoCounts {
             Err(Unfit::Context { .. }) => self.long_episode += 1,
             Err(Unfit::Unsolved) => {}
         }
+    }
+}
+
+/// A warning for each task that `warmup.instances` holds nothing back from: at every difficulty
+/// its training split holds no more distinct instances than the cap ([`TaskGenerator::instances`];
+/// a fixed set such as KG's questions), so the warm-up may demonstrate each of them and RL
+/// meets no instance the warm-up could not have shown, which a cap is set to give it.
+pub(super) fn uncapped_task_warnings(
+    spec: &agentry_dsl::spec::Experiment,
+    tasks: &[Box<dyn TaskGenerator>],
+) -> Vec<String> {
+    let Some(cap) = spec.train.warmup.and_then(|w| w.instances) else {
+        return Vec::new();
+    };
+    let mut warnings = Vec::new();
+    for (task, generator) in spec.tasks.iter().zip(tasks) {
+        let levels = task.difficulty.min..=task.difficulty.max;
+        let counts: Option<Vec<u64>> = levels
+            .clone()
+            .map(|d| generator.instances(env_split(task.split), d))
+            .collect();
+        let Some(counts) = counts.filter(|counts| counts.iter().all(|&count| count <= cap)) else {
+            continue;
+        };
+        let largest = counts.iter().copied().max().unwrap_or(0);
+        let at = if levels.start() == levels.end() {
+            format!("difficulty {}", levels.start())
+        } else {
+            format!("difficulties {} to {}", levels.start(), levels.end())
+        };
+        let counts: Vec<String> = counts.iter().map(u64::to_string).collect();
+        warnings.push(format!(
+            "warning: task `{}`: `warmup.instances = {cap}` holds none of its instances back \
+             from the warm-up: its {} split holds {} at {at}, so RL trains only on instances \
+             the warm-up may have shown; a cap below {largest} holds some back",
+            task.name,
+            super::split_name(task.split),
+            counts.join(", "),
+        ));
+    }
+    warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use agentry_env::{Split, TaskGenerator};
+
+    use super::uncapped_task_warnings;
+
+    fn experiment(cap: &str) -> agentry_dsl::spec::Experiment {
+        agentry_dsl::check(&format!(
+            "experiment e {{
+                model policy {{ arch = transformer {{ layers = 1, d_model = 16, heads = 2 }} }}
+                task kg {{ env = kg, difficulty = 1 }}
+                task os {{ env = os, difficulty = 1 }}
+                algorithm grpo {{ group_size = 2 }}
+                train {{
+                    steps = 1, batch = 2
+                    warmup = sft {{ steps = 1, demonstrations = 2, batch = 2{cap} }}
+                }}
+            }}"
+        ))
+        .expect("the test experiment checks")
+        .into_inner()
+    }
+
+    #[test]
+    fn a_cap_at_least_a_fixed_sets_size_is_warned_about_and_a_smaller_one_is_not() {
+        let tasks: Vec<Box<dyn TaskGenerator>> = vec![
+            Box::new(agentry_env::kg::Kg::default()),
+            Box::new(agentry_env::os::Os::default()),
+        ];
+        let questions = tasks[0]
+            .instances(Split::Train, 1)
+            .expect("KG's questions are a fixed set");
+        // OS generates its instances, so no cap holds all of them.
+        assert_eq!(
+            uncapped_task_warnings(&experiment(&format!(", instances = {questions}")), &tasks),
+            [format!(
+                "warning: task `kg`: `warmup.instances = {questions}` holds none of its \
+                 instances back from the warm-up: its train split holds {questions} at \
+                 difficulty 1, so RL trains only on instances the warm-up may have shown; a cap \
+                 below {questions} holds some back"
+            )]
+        );
+        let below = format!(", instances = {}", questions - 1);
+        assert!(uncapped_task_warnings(&experiment(&below), &tasks).is_empty());
+        assert!(uncapped_task_warnings(&experiment(""), &tasks).is_empty());
     }
 }

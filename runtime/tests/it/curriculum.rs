@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use agentry_runtime::curriculum::{Curriculum, demonstration_draw, training_draw};
+use agentry_runtime::rollout::EpisodeSpec;
 use agentry_runtime::spec::Experiment;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -27,7 +28,7 @@ fn capped() -> Experiment {
         .into_inner()
 }
 
-fn demonstrations(spec: &Experiment, seed: u64) -> Vec<agentry_runtime::rollout::EpisodeSpec> {
+fn demonstrations(spec: &Experiment, seed: u64) -> Vec<EpisodeSpec> {
     let curriculum = Curriculum::new(spec);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     (0..400)
