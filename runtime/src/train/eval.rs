@@ -186,6 +186,17 @@ pub(crate) fn eval_specs(spec: &spec::Experiment) -> Vec<EpisodeSpec> {
     specs
 }
 
+/// "difficulty 1" or "difficulties 1, 2": where the counts a warning quotes were taken.
+pub(super) fn at_difficulties(levels: &[u8]) -> String {
+    match levels {
+        [one] => format!("difficulty {one}"),
+        _ => {
+            let levels: Vec<String> = levels.iter().map(u8::to_string).collect();
+            format!("difficulties {}", levels.join(", "))
+        }
+    }
+}
+
 /// A warning for each task whose evaluation plays some instance more than once: its generator
 /// holds fewer distinct instances of the split at a difficulty than the evaluation gives that
 /// difficulty ([`TaskGenerator::instances`]), so indices wrap around, the repeats count twice in
@@ -233,17 +244,7 @@ pub(crate) fn repeated_instance_warnings(
                 None => "unbounded".to_string(),
             })
             .collect();
-        let at = match levels.as_slice() {
-            [one] => format!("difficulty {one}"),
-            _ => format!(
-                "difficulties {}",
-                levels
-                    .iter()
-                    .map(u8::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
+        let at = at_difficulties(&levels);
         let repeats = match played - seen.len() {
             1 => "1 episode repeats".to_string(),
             n => format!("{n} episodes repeat"),

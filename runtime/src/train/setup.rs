@@ -253,20 +253,16 @@ pub(super) fn uncapped_task_warnings(
     };
     let mut warnings = Vec::new();
     for (task, generator) in spec.tasks.iter().zip(tasks) {
-        let levels = task.difficulty.min..=task.difficulty.max;
+        let levels: Vec<u8> = (task.difficulty.min..=task.difficulty.max).collect();
         let counts: Option<Vec<u64>> = levels
-            .clone()
-            .map(|d| generator.instances(env_split(task.split), d))
+            .iter()
+            .map(|&d| generator.instances(env_split(task.split), d))
             .collect();
         let Some(counts) = counts.filter(|counts| counts.iter().all(|&count| count <= cap)) else {
             continue;
         };
         let largest = counts.iter().copied().max().unwrap_or(0);
-        let at = if levels.start() == levels.end() {
-            format!("difficulty {}", levels.start())
-        } else {
-            format!("difficulties {} to {}", levels.start(), levels.end())
-        };
+        let at = super::eval::at_difficulties(&levels);
         let counts: Vec<String> = counts.iter().map(u64::to_string).collect();
         warnings.push(format!(
             "warning: task `{}`: `warmup.instances = {cap}` holds none of its instances back \
